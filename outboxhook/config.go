@@ -1,0 +1,94 @@
+package outboxhook
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/heraldgo/herald/events"
+)
+
+// DefaultTable is the outbox table's default name.
+const DefaultTable = "outbox_messages"
+
+// DefaultMaxPayloadBytes is the default limit on an encoded payload: 1 MiB.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// Config configures the outbox hook. The zero value is ready to use.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified ("app.outbox").
+	// Defaults to "outbox_messages".
+	Table string
+	// Topic returns the topic the relay publishes an event to. It sees the
+	// envelope with every field but Topic set. Defaults to [DefaultTopic], the
+	// event type ("order.paid").
+	Topic func(env *events.Envelope) string
+	// Codec encodes payloads; it must produce JSON (the column is jsonb).
+	// Defaults to events.JSON.
+	Codec events.Codec
+	// MaxPayloadBytes is the largest encoded payload accepted; a larger one fails
+	// the save with [ErrPayloadTooLarge]. Defaults to 1 MiB.
+	MaxPayloadBytes int
+	// DisableAutoCreate, when true, never creates the outbox table: it must exist
+	// (run the migration in outboxhook/migrations), and a save fails with
+	// [ErrTableMissing] when it does not. Defaults to false: the table and its
+	// index are created at db.Use when missing, and left alone when present, so a
+	// role without DDL rights works against a table created beforehand.
+	DisableAutoCreate bool
+}
+
+// DefaultTopic is the default [Config].Topic: the event type.
+func DefaultTopic(env *events.Envelope) string { return env.Type }
+
+var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.Topic == nil {
+		c.Topic = DefaultTopic
+	}
+	if c.Codec == nil {
+		c.Codec = events.JSON{}
+	}
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+}
+
+// Validate reports what is wrong with c after defaults are applied: a table name
+// that is not one or two plain SQL identifiers, or a negative payload limit.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if _, _, err := splitTable(c.Table); err != nil {
+		errs = append(errs, err)
+	}
+	if c.MaxPayloadBytes < 0 {
+		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, must be positive", c.MaxPayloadBytes))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("outboxhook: invalid config: %w", err)
+	}
+	return nil
+}
+
+// splitTable splits "schema.table" or "table" and checks each part is a plain
+// identifier (letters, digits, underscore), so names are safe to quote.
+func splitTable(name string) (schema, table string, err error) {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", "", fmt.Errorf("table %q: at most schema.table", name)
+	}
+	for _, p := range parts {
+		if !identRe.MatchString(p) {
+			return "", "", fmt.Errorf("table %q: %q is not a plain identifier", name, p)
+		}
+	}
+	if len(parts) == 2 {
+		return parts[0], parts[1], nil
+	}
+	return "", parts[0], nil
+}
