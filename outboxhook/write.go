@@ -2,6 +2,7 @@ package outboxhook
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -482,20 +483,28 @@ func (b *batch) add(env events.Envelope, enc encodedEvent) {
 	b.occurred = append(b.occurred, env.OccurredAt)
 }
 
-// insertSQL is one INSERT for any number of events: the columns arrive as arrays
-// (so the statement text, and its prepared plan, never change) and rows that exist
-// are left alone. It returns, per inserted row, the 64-bit id of the
-// (sub)transaction that inserted it: xmin widened with the epoch of the current
-// top-level transaction id (a subtransaction's id is never below its parent's).
-func insertSQL(table string) string {
-	return `WITH ins AS (
-  INSERT INTO ` + quoteTable(table) + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at)
-  SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])
-  ON CONFLICT (id) DO NOTHING
-  RETURNING id, xmin::text::bigint AS x
-), top AS (SELECT pg_current_xact_id()::text::bigint AS t)
-SELECT ins.id::text, (((top.t >> 32) + CASE WHEN ins.x < (top.t & 4294967295) THEN 1 ELSE 0 END) << 32) | ins.x
-FROM ins, top`
+// insertSQL returns the two INSERTs of the outbox: one for a single event, one
+// for any number (the columns arrive as arrays, so its text, and its prepared
+// plan, never change). Rows that exist are left alone. Each returns, per inserted
+// row, its id, the 32-bit id of the (sub)transaction that inserted it (xmin) and
+// the current top-level transaction id, from which xid64 widens the former.
+func insertSQL(table string) (one, many string) {
+	head := `INSERT INTO ` + quoteTable(table) + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at) `
+	tail := ` ON CONFLICT (id) DO NOTHING RETURNING id::text, xmin::text::bigint, pg_current_xact_id()::text::bigint`
+	return head + `VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)` + tail,
+		head + `SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])` + tail
+}
+
+// xid64 widens xmin, a 32-bit (sub)transaction id of the current transaction, to
+// the 64-bit full id pg_xact_status takes, using top, the current top-level full
+// id: a subtransaction's id is never below its parent's, so xmin is in top's
+// epoch unless it wrapped past 2^32 after top.
+func xid64(xmin, top int64) int64 {
+	epoch := top >> 32
+	if xmin < top&0xFFFFFFFF {
+		epoch++
+	}
+	return epoch<<32 | xmin
 }
 
 func quoteTable(table string) string {
@@ -509,8 +518,17 @@ func quoteTable(table string) string {
 // insertBatch runs the insert on pool and returns the inserting transaction id
 // of each row it inserted, by event id.
 func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch) (map[uuid.UUID]int64, error) {
-	rows, err := pool.QueryContext(ctx, p.insert, b.ids, b.types, b.versions, b.aggTypes, b.aggIDs,
-		b.topics, b.payloads, b.metadata, b.occurred)
+	var (
+		rows *sql.Rows
+		err  error
+	)
+	if len(b.ids) == 1 {
+		rows, err = pool.QueryContext(ctx, p.insertOne, b.ids[0], b.types[0], b.versions[0], b.aggTypes[0],
+			b.aggIDs[0], b.topics[0], b.payloads[0], b.metadata[0], b.occurred[0])
+	} else {
+		rows, err = pool.QueryContext(ctx, p.insertMany, b.ids, b.types, b.versions, b.aggTypes, b.aggIDs,
+			b.topics, b.payloads, b.metadata, b.occurred)
+	}
 	if err != nil {
 		return nil, p.insertError(err)
 	}
@@ -518,17 +536,17 @@ func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch) 
 	out := make(map[uuid.UUID]int64, len(b.ids))
 	for rows.Next() {
 		var (
-			id  string
-			xid int64
+			id        string
+			xmin, top int64
 		)
-		if err := rows.Scan(&id, &xid); err != nil {
+		if err := rows.Scan(&id, &xmin, &top); err != nil {
 			return nil, p.insertError(err)
 		}
 		u, err := uuid.Parse(id)
 		if err != nil {
 			return nil, p.insertError(err)
 		}
-		out[u] = xid
+		out[u] = xid64(xmin, top)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, p.insertError(err)

@@ -121,3 +121,45 @@ func OpenDSN(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
 	t.Cleanup(func() { _ = sqlDB.Close() })
 	return db
 }
+
+var (
+	scratchMu      sync.Mutex
+	scratchSchemas []string
+)
+
+// ScratchDB opens GORM on a new schema for code that has no *testing.T, such as
+// Example functions; Main drops those schemas when the tests end. It panics if
+// PostgreSQL cannot be reached.
+func ScratchDB() *gorm.DB {
+	db, err := sql.Open("pgx", DSN())
+	if err != nil {
+		panic(err)
+	}
+	defer db.Close()
+	name := Name("herald_x_")
+	if _, err := db.Exec(`CREATE SCHEMA ` + name); err != nil {
+		panic("pgtest: " + err.Error())
+	}
+	scratchMu.Lock()
+	scratchSchemas = append(scratchSchemas, name)
+	scratchMu.Unlock()
+	g, err := gorm.Open(postgres.Open(WithSearchPath(DSN(), name)), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		panic("pgtest: " + err.Error())
+	}
+	return g
+}
+
+// Main runs the tests and drops the schemas ScratchDB made. Call it from TestMain.
+func Main(m interface{ Run() int }) {
+	code := m.Run()
+	if len(scratchSchemas) > 0 {
+		if db, err := sql.Open("pgx", DSN()); err == nil {
+			for _, s := range scratchSchemas {
+				_, _ = db.Exec(`DROP SCHEMA ` + s + ` CASCADE`)
+			}
+			_ = db.Close()
+		}
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,34 @@
+// Command bench measures Herald against baselines on the local PostgreSQL. Each
+// suite prints a Markdown table; the figures go to BENCHMARKS.md.
+//
+//	go run ./internal/bench write [-writers 8] [-duration 5s] [-rounds 3]
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	var err error
+	switch os.Args[1] {
+	case "write":
+		err = runWrite(fs, os.Args[2:])
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write [flags]")
+	os.Exit(2)
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/outboxhook"
+)
+
+type benchOrder struct {
+	ID     uuid.UUID `gorm:"type:uuid;primaryKey"`
+	Status string
+	Amount int
+	aggregate.Root
+}
+
+func (benchOrder) TableName() string { return "orders" }
+
+type orderPlaced struct {
+	OrderID uuid.UUID `json:"order_id"`
+	Amount  int       `json:"amount"`
+}
+
+func (orderPlaced) EventType() string { return "order.placed" }
+
+// runWrite measures saving an aggregate with one event: GORM without the plugin
+// vs with it, and the same pair in raw SQL (business INSERT alone vs business
+// INSERT + outbox INSERT in one transaction), n concurrent writers each.
+func runWrite(fs *flag.FlagSet, args []string) error {
+	writers := fs.Int("writers", 8, "concurrent writers")
+	dur := fs.Duration("duration", 5*time.Second, "duration of one round of one scenario")
+	rounds := fs.Int("rounds", 3, "rounds; scenarios alternate within a round, the median round is reported")
+	only := fs.String("only", "", "run only the scenarios whose name contains this")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	admin, err := sql.Open("pgx", pgtest.DSN())
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+
+	type scenario struct {
+		name string
+		op   func(ctx context.Context) error
+	}
+	var scenarios []scenario
+	var cleanups []func()
+	defer func() {
+		for _, c := range cleanups {
+			c()
+		}
+	}()
+	open := func(plugin bool) (*gorm.DB, error) {
+		dsn, drop, err := scratchSchema(admin)
+		if err != nil {
+			return nil, err
+		}
+		cleanups = append(cleanups, drop)
+		db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			return nil, err
+		}
+		sqlDB, _ := db.DB()
+		sqlDB.SetMaxOpenConns(*writers)
+		sqlDB.SetMaxIdleConns(*writers)
+		cleanups = append(cleanups, func() { _ = sqlDB.Close() })
+		if plugin {
+			if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+				return nil, err
+			}
+		} else {
+			ddl, _ := outboxhook.SchemaSQL(outboxhook.DefaultTable)
+			if err := db.Exec(ddl).Error; err != nil {
+				return nil, err
+			}
+		}
+		return db, db.AutoMigrate(&benchOrder{})
+	}
+
+	gormPlain, err := open(false)
+	if err != nil {
+		return err
+	}
+	gormHerald, err := open(true)
+	if err != nil {
+		return err
+	}
+	rawPlain, err := open(false)
+	if err != nil {
+		return err
+	}
+	rawOutbox, err := open(false)
+	if err != nil {
+		return err
+	}
+	rawPlainDB, _ := rawPlain.DB()
+	rawOutboxDB, _ := rawOutbox.DB()
+
+	scenarios = []scenario{
+		{"GORM Create, no plugin", func(ctx context.Context) error {
+			o := &benchOrder{ID: uuid.New(), Status: "placed", Amount: 1500}
+			o.Record(orderPlaced{OrderID: o.ID, Amount: 1500}) // recorded, never written
+			return gormPlain.WithContext(ctx).Create(o).Error
+		}},
+		{"GORM Create + Herald (1 event)", func(ctx context.Context) error {
+			o := &benchOrder{ID: uuid.New(), Status: "placed", Amount: 1500}
+			o.Record(orderPlaced{OrderID: o.ID, Amount: 1500})
+			return gormHerald.WithContext(ctx).Create(o).Error
+		}},
+		{"raw SQL: INSERT", func(ctx context.Context) error {
+			tx, err := rawPlainDB.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, status, amount) VALUES ($1, $2, $3)`, uuid.New(), "placed", 1500); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}},
+		{"raw SQL: INSERT + outbox INSERT", func(ctx context.Context) error {
+			id := uuid.New()
+			payload, err := json.Marshal(orderPlaced{OrderID: id, Amount: 1500})
+			if err != nil {
+				return err
+			}
+			tx, err := rawOutboxDB.BeginTx(ctx, nil)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback()
+			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, status, amount) VALUES ($1, $2, $3)`, id, "placed", 1500); err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_messages (id, type, aggregate_type, aggregate_id, topic, payload, occurred_at)
+				VALUES ($1, $2, $3, $4, $5, $6, $7)`, events.NewID(), "order.placed", "Order", id.String(), "order.placed", payload, time.Now()); err != nil {
+				return err
+			}
+			return tx.Commit()
+		}},
+	}
+
+	if *only != "" {
+		scenarios = slices.DeleteFunc(scenarios, func(s scenario) bool { return !strings.Contains(s.name, *only) })
+	}
+	// Warm up every scenario (connections, prepared statements).
+	for _, s := range scenarios {
+		if _, err := load(ctx, *writers, 500*time.Millisecond, s.op); err != nil {
+			return fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	res := make([][]result, len(scenarios))
+	for round := range *rounds {
+		for i, s := range scenarios {
+			r, err := load(ctx, *writers, *dur, s.op)
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			fmt.Fprintf(os.Stderr, "round %d %-34s %8.0f/s p50 %s p99 %s\n", round+1, s.name, r.perSec(), ms(r.p50), ms(r.p99))
+			res[i] = append(res[i], r)
+		}
+	}
+	m := make([]result, len(res))
+	for i := range res {
+		m[i] = median(res[i])
+	}
+	fmt.Printf("Write path, %d writers, %d rounds of %s per scenario (median round)\n\n", *writers, *rounds, *dur)
+	fmt.Println("| scenario | saves/s | p50 | p99 |")
+	fmt.Println("|---|---:|---:|---:|")
+	for i, s := range scenarios {
+		fmt.Printf("| %s | %.0f | %s | %s |\n", s.name, m[i].perSec(), ms(m[i].p50), ms(m[i].p99))
+	}
+	if len(m) < 4 {
+		return nil
+	}
+	gormRatio := m[1].perSec() / m[0].perSec()
+	rawRatio := m[3].perSec() / m[2].perSec()
+	fmt.Printf("\nthroughput ratio with/without outbox: GORM+Herald %.3f, raw SQL %.3f; Herald's ratio is %.1f%% of the raw ratio (goal: >= 90%%)\n",
+		gormRatio, rawRatio, 100*gormRatio/rawRatio)
+	return nil
+}
