@@ -42,7 +42,7 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 		env.Topic = p.cfg.Topic(&env)
 		b.add(env, enc)
 	}
-	if _, err := p.insertBatch(st.Context, st.ConnPool, &b); err != nil {
+	if _, err := p.insertBatch(st.Context, st.ConnPool, &b, false); err != nil {
 		return fmt.Errorf("outboxhook: add: %w", err)
 	}
 	return nil

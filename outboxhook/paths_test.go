@@ -450,3 +450,21 @@ func TestSavePresetKeyInsertFailsWritesNothing(t *testing.T) {
 	must(t, db.Save(o).Error)
 	wantTypes(t, db, "order.placed")
 }
+
+func TestCommitFailureKeepsEventsPending(t *testing.T) {
+	db := setup(t, outboxhook.Config{}, nil)
+	must(t, db.Exec(`CREATE TABLE statuses (name text PRIMARY KEY)`).Error)
+	must(t, db.Exec(`ALTER TABLE orders ADD CONSTRAINT status_fk FOREIGN KEY (status) REFERENCES statuses (name) DEFERRABLE INITIALLY DEFERRED`).Error)
+	o := NewOrder() // status "new" is not in statuses: the COMMIT fails
+	if err := db.Create(o).Error; err == nil {
+		t.Fatal("commit succeeded")
+	}
+	if count(t, db, "outbox_messages") != 0 {
+		t.Fatal("events of a failed commit visible")
+	}
+	wantPending(t, o, 1)
+	must(t, db.Exec(`INSERT INTO statuses VALUES ('new')`).Error)
+	must(t, db.Create(o).Error)
+	wantTypes(t, db, "order.placed")
+	wantNoPending(t, o)
+}

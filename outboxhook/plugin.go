@@ -14,8 +14,8 @@ const Name = "herald:outbox"
 // Plugin is the GORM plugin that writes the events recorded by aggregates to the
 // outbox table, in the transaction of the statement that saves them.
 type Plugin struct {
-	cfg                   Config
-	insertOne, insertMany string // the INSERTs of one and of several envelopes
+	cfg    Config
+	insert [2][2]string // the INSERTs, by [several events][returning ids]
 }
 
 // New returns the plugin for cfg; register it with db.Use. The config is checked
@@ -46,7 +46,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.cfg.Validate(); err != nil {
 		return err
 	}
-	p.insertOne, p.insertMany = insertSQL(p.cfg.Table)
+	p.insert = insertSQL(p.cfg.Table)
 	if !p.cfg.DisableAutoCreate {
 		if err := ensureTable(context.Background(), db, p.cfg.Table); err != nil {
 			return err
