@@ -468,3 +468,23 @@ func TestCommitFailureKeepsEventsPending(t *testing.T) {
 	wantTypes(t, db, "order.placed")
 	wantNoPending(t, o)
 }
+
+// All events of one statement go in one INSERT: a statement-level trigger counts
+// the INSERT statements on the outbox.
+func TestOneInsertPerStatement(t *testing.T) {
+	db := setup(t, outboxhook.Config{}, nil)
+	must(t, db.Exec(`CREATE TABLE stmt_count (n int NOT NULL); INSERT INTO stmt_count VALUES (0)`).Error)
+	must(t, db.Exec(`CREATE FUNCTION count_stmt() RETURNS trigger LANGUAGE plpgsql AS
+		$$BEGIN UPDATE stmt_count SET n = n + 1; RETURN NULL; END$$`).Error)
+	must(t, db.Exec(`CREATE TRIGGER count_stmt AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION count_stmt()`).Error)
+	orders := []*Order{NewOrder(), NewOrder(), NewOrder()}
+	for _, o := range orders {
+		o.Pay(1)
+	}
+	must(t, db.Create(&orders).Error)
+	var n int
+	must(t, db.Raw(`SELECT n FROM stmt_count`).Scan(&n).Error)
+	if got := count(t, db, "outbox_messages"); got != 6 || n != 1 {
+		t.Fatalf("%d events in %d INSERT statements, want 6 in 1", got, n)
+	}
+}
