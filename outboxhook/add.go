@@ -45,5 +45,8 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 	if _, err := p.insertBatch(st.Context, st.ConnPool, &b, false); err != nil {
 		return fmt.Errorf("outboxhook: add: %w", err)
 	}
+	if p.cfg.Notify != nil {
+		p.cfg.Notify()
+	}
 	return nil
 }

@@ -183,6 +183,8 @@ func (p *Plugin) write(db *gorm.DB) {
 	}
 	if tracked {
 		t.roots = append(t.roots, wrote...)
+	} else if p.cfg.Notify != nil {
+		p.cfg.Notify()
 	}
 }
 
@@ -207,6 +209,9 @@ func (p *Plugin) finish(db *gorm.DB) {
 	}
 	for _, r := range st.tracker.roots {
 		r.Retain(func(pe *aggregate.Pending) bool { return pe.Tx != st.txPool })
+	}
+	if len(st.tracker.roots) > 0 && p.cfg.Notify != nil {
+		p.cfg.Notify()
 	}
 }
 

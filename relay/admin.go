@@ -1,0 +1,160 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/events"
+)
+
+// Stats is a snapshot of the outbox, as the relay sees it.
+type Stats struct {
+	// Pending is the number of events not yet published and not dead.
+	Pending int64
+	// Dead is the number of dead events, waiting to be requeued.
+	Dead int64
+	// OldestPending is the age of the oldest pending event (since its insert);
+	// 0 when none is pending.
+	OldestPending time.Duration
+	// Published, Failed and Died count this relay's publishes since it started:
+	// events published, failed attempts, and events that went dead.
+	Published, Failed, Died int64
+}
+
+// Stats reads the pending and dead counts and the oldest pending event's age
+// from the database, and adds this relay's counters.
+func (r *Relay) Stats(ctx context.Context) (Stats, error) {
+	var (
+		s   Stats
+		age sql.NullFloat64
+	)
+	if err := r.db.QueryRowContext(ctx, r.q.stats).Scan(&s.Pending, &s.Dead, &age); err != nil {
+		return Stats{}, fmt.Errorf("relay: stats: %w", err)
+	}
+	if age.Valid {
+		s.OldestPending = time.Duration(age.Float64 * float64(time.Second))
+	}
+	s.Published, s.Failed, s.Died = r.m.published.Load(), r.m.failed.Load(), r.m.dead.Load()
+	return s, nil
+}
+
+// DeadEvent is a dead event: its envelope, how many attempts it had, the last
+// error and when it died.
+type DeadEvent struct {
+	events.Envelope
+	Attempts  int
+	LastError string
+	DeadAt    time.Time
+}
+
+// Dead lists up to limit dead events, oldest death first.
+func (r *Relay) Dead(ctx context.Context, limit int) ([]DeadEvent, error) {
+	rows, err := r.db.QueryContext(ctx, r.q.dead, limit)
+	if err != nil {
+		return nil, fmt.Errorf("relay: list dead: %w", err)
+	}
+	defer rows.Close()
+	var out []DeadEvent
+	for rows.Next() {
+		var (
+			d       DeadEvent
+			id      string
+			md      []byte
+			lastErr sql.NullString
+		)
+		if err := rows.Scan(&id, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &d.Payload, &md,
+			&d.OccurredAt, &d.Attempts, &lastErr, &d.DeadAt); err != nil {
+			return nil, fmt.Errorf("relay: list dead: %w", err)
+		}
+		d.ID, _ = uuid.Parse(id)
+		d.LastError = lastErr.String
+		_ = json.Unmarshal(md, &d.Metadata) // metadata a dead event cannot decode is left out
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// ErrNotDead is returned by Requeue for an id that is not a dead event.
+var ErrNotDead = errors.New("relay: no dead event with that id")
+
+// Requeue makes a dead event pending again, with its attempts reset.
+func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
+	res, err := r.db.ExecContext(ctx, r.q.requeue, id.String())
+	if err != nil {
+		return fmt.Errorf("relay: requeue %s: %w", id, err)
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return fmt.Errorf("%w: %s", ErrNotDead, id)
+	}
+	r.Wake()
+	return nil
+}
+
+// RequeueAll makes every dead event pending again and returns how many.
+func (r *Relay) RequeueAll(ctx context.Context) (int64, error) {
+	res, err := r.db.ExecContext(ctx, r.q.requeueAll)
+	if err != nil {
+		return 0, fmt.Errorf("relay: requeue all: %w", err)
+	}
+	n, _ := res.RowsAffected()
+	r.Wake()
+	return n, nil
+}
+
+// cleaner deletes published events older than Retention, a batch at a time, on
+// one instance at a time (a transaction-scoped advisory lock).
+func (r *Relay) cleaner(ctx context.Context) {
+	lim := newLimiter(30 * time.Second)
+	for sleep(ctx, jitter(r.cfg.CleanupInterval)) {
+		n, err := r.Cleanup(ctx)
+		if err != nil && ctx.Err() == nil && lim.allow() {
+			r.log.Warn("cleanup failed", "err", err, "suppressed", lim.suppressed())
+		} else if n > 0 {
+			r.log.Debug("cleanup", "deleted", n)
+		}
+	}
+}
+
+// Cleanup deletes published events older than Retention now, in batches of
+// CleanupBatch, unless another instance is cleaning; it returns how many it
+// deleted. The cleaner calls it every CleanupInterval when Retention > 0.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	if r.cfg.Retention <= 0 {
+		return 0, nil
+	}
+	var total int64
+	for {
+		n, more, err := r.cleanupBatch(ctx)
+		total += n
+		if err != nil || !more {
+			return total, err
+		}
+	}
+}
+
+func (r *Relay) cleanupBatch(ctx context.Context) (int64, bool, error) {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, false, err
+	}
+	defer tx.Rollback() //nolint:errcheck
+	var locked bool
+	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock(hashtext($1))`, "herald.cleanup:"+r.cfg.Table).Scan(&locked); err != nil {
+		return 0, false, err
+	}
+	if !locked {
+		return 0, false, nil
+	}
+	res, err := tx.ExecContext(ctx, r.q.cleanup, float64(r.cfg.Retention.Milliseconds()), r.cfg.CleanupBatch)
+	if err != nil {
+		return 0, false, err
+	}
+	n, _ := res.RowsAffected()
+	return n, n >= int64(r.cfg.CleanupBatch), tx.Commit()
+}

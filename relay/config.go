@@ -1,0 +1,202 @@
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/events"
+)
+
+// Config configures a Relay. The zero value is ready to use.
+type Config struct {
+	// Table is the outbox table, optionally schema-qualified; it must match the
+	// outbox hook's. Defaults to "outbox_messages".
+	Table string
+	// BatchSize is how many events one cycle claims and publishes. Defaults to 500.
+	BatchSize int
+	// PollInterval is how often the relay looks for due events when nothing woke
+	// it. Wake-ups (Wake, LISTEN/NOTIFY) carry the speed; polling is the fallback,
+	// and also what picks up events whose retry time came. Defaults to 1s.
+	PollInterval time.Duration
+	// PublishTimeout bounds one Publish call; a publisher that has not returned by
+	// then counts as failed. Defaults to 10s.
+	PublishTimeout time.Duration
+	// PublishConcurrency is how many Publish calls run at once within a batch:
+	// chunks of one topic in unordered mode, aggregates in ordered mode. Defaults to 8.
+	PublishConcurrency int
+	// MaxAttempts is how many failed publishes make an event dead: it is kept, with
+	// dead_at set, until requeued. Defaults to 12.
+	MaxAttempts int
+	// MinBackoff and MaxBackoff bound the wait before retrying a failed event: the
+	// n-th failure waits MinBackoff·2^(n-1), capped at MaxBackoff, with jitter
+	// (between half and all of it). Defaults to 1s and 5m: with 12 attempts the
+	// retry horizon (RetryHorizon) is about 16 minutes.
+	MinBackoff, MaxBackoff time.Duration
+	// Retention keeps published events for this long (processed_at set) before a
+	// cleaner deletes them. Defaults to 0: an event is deleted as soon as the broker
+	// acknowledged it. Deleting at once keeps the table and its index small, which
+	// is what keeps the relay fast; the events are in the broker, and failures stay
+	// in the table as dead events. Set a retention (say 72h) to keep published
+	// events for diagnosis or replay, at the cost of an UPDATE instead of a DELETE
+	// and a cleaner's work.
+	Retention time.Duration
+	// CleanupInterval is how often the cleaner runs when Retention > 0. Defaults to 1m.
+	CleanupInterval time.Duration
+	// CleanupBatch is how many rows one cleaner DELETE removes. Defaults to 1000.
+	CleanupBatch int
+
+	// Ordered publishes the events of each aggregate in commit order, whatever the
+	// number of relay instances: aggregates are hashed into Partitions, each leased
+	// to one instance at a time; a failing event holds back only the later events
+	// of its own aggregate (dead events release them). Defaults to false
+	// (unordered: any instance claims any due event with FOR UPDATE SKIP LOCKED,
+	// the highest throughput).
+	Ordered bool
+	// Partitions is the number of ordering partitions. All instances must agree.
+	// Defaults to 64.
+	Partitions int
+	// LeaseDuration is how long a partition lease lasts without renewal; a dead
+	// instance's partitions are taken over after it. Renewed every third of it.
+	// Must be at least 3 times PublishTimeout. Defaults to 30s.
+	LeaseDuration time.Duration
+	// InstanceID names this relay instance in leases. Defaults to host-pid-random.
+	InstanceID string
+
+	// Channel is the PostgreSQL LISTEN/NOTIFY channel the relay listens on for
+	// wake-ups from other processes (see Notifier). Defaults to "herald_outbox".
+	Channel string
+	// DisableListen turns LISTEN off: the relay wakes only through Wake and polling.
+	DisableListen bool
+
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+const (
+	defaultBatchSize   = 500
+	defaultPoll        = time.Second
+	defaultPubTimeout  = 10 * time.Second
+	defaultConcurrency = 8
+	defaultMaxAttempts = 12
+	defaultMinBackoff  = time.Second
+	defaultMaxBackoff  = 5 * time.Minute
+	defaultCleanupInt  = time.Minute
+	defaultCleanupN    = 1000
+	defaultPartitions  = 64
+	defaultLease       = 30 * time.Second
+	// DefaultChannel is the default LISTEN/NOTIFY channel.
+	DefaultChannel = "herald_outbox"
+)
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = "outbox_messages"
+	}
+	setDefault(&c.BatchSize, defaultBatchSize)
+	setDefault(&c.PollInterval, defaultPoll)
+	setDefault(&c.PublishTimeout, defaultPubTimeout)
+	setDefault(&c.PublishConcurrency, defaultConcurrency)
+	setDefault(&c.MaxAttempts, defaultMaxAttempts)
+	setDefault(&c.MinBackoff, defaultMinBackoff)
+	setDefault(&c.MaxBackoff, defaultMaxBackoff)
+	setDefault(&c.CleanupInterval, defaultCleanupInt)
+	setDefault(&c.CleanupBatch, defaultCleanupN)
+	setDefault(&c.Partitions, defaultPartitions)
+	setDefault(&c.LeaseDuration, defaultLease)
+	if c.InstanceID == "" {
+		host, _ := os.Hostname()
+		c.InstanceID = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), events.NewID().String()[24:])
+	}
+	if c.Channel == "" {
+		c.Channel = DefaultChannel
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+var (
+	tableRe   = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$`)
+	channelRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// Validate reports what is wrong with c after defaults are applied.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	check(tableRe.MatchString(c.Table), "Table %q is not [schema.]table of plain identifiers", c.Table)
+	check(channelRe.MatchString(c.Channel), "Channel %q is not a plain identifier", c.Channel)
+	check(c.BatchSize > 0, "BatchSize is %d, must be positive", c.BatchSize)
+	check(c.PollInterval > 0, "PollInterval is %v, must be positive", c.PollInterval)
+	check(c.PublishTimeout > 0, "PublishTimeout is %v, must be positive", c.PublishTimeout)
+	check(c.PublishConcurrency > 0, "PublishConcurrency is %d, must be positive", c.PublishConcurrency)
+	check(c.MaxAttempts > 0, "MaxAttempts is %d, must be positive", c.MaxAttempts)
+	check(c.MinBackoff > 0 && c.MaxBackoff >= c.MinBackoff, "backoff %v..%v: need 0 < MinBackoff <= MaxBackoff", c.MinBackoff, c.MaxBackoff)
+	check(c.Retention >= 0, "Retention is %v, must not be negative", c.Retention)
+	check(c.CleanupInterval > 0 && c.CleanupBatch > 0, "CleanupInterval and CleanupBatch must be positive")
+	check(c.Partitions > 0, "Partitions is %d, must be positive", c.Partitions)
+	check(!c.Ordered || c.LeaseDuration >= 3*c.PublishTimeout,
+		"LeaseDuration %v must be at least 3 times PublishTimeout %v", c.LeaseDuration, c.PublishTimeout)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("relay: invalid config: %w", err)
+	}
+	return nil
+}
+
+// RetryHorizon is the longest an event can wait between its first failed
+// publish and its last try: the sum of the backoffs of MaxAttempts-1 retries,
+// without jitter. An inbox must keep message ids longer than this (plus the time
+// a broker may hold a redelivery) to catch every duplicate.
+func (c Config) RetryHorizon() time.Duration {
+	c.setDefaults()
+	var total time.Duration
+	for n := 1; n < c.MaxAttempts; n++ {
+		total += backoff(c.MinBackoff, c.MaxBackoff, n)
+	}
+	return total
+}
+
+// backoff is the un-jittered wait after the n-th failure (n >= 1).
+func backoff(minB, maxB time.Duration, n int) time.Duration {
+	d := minB
+	for i := 1; i < n; i++ {
+		d *= 2
+		if d >= maxB {
+			return maxB
+		}
+	}
+	return min(d, maxB)
+}
+
+func quoteTable(t string) string {
+	parts := strings.Split(t, ".")
+	for i, p := range parts {
+		parts[i] = `"` + p + `"`
+	}
+	return strings.Join(parts, ".")
+}
+
+// baseName is the table name without its schema, for naming indexes.
+func baseName(t string) string {
+	if i := strings.LastIndexByte(t, '.'); i >= 0 {
+		return t[i+1:]
+	}
+	return t
+}

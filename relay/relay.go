@@ -1,0 +1,305 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"gorm.io/gorm"
+)
+
+// Relay moves committed outbox rows to a Watermill publisher, at least once.
+type Relay struct {
+	cfg    Config
+	db     *sql.DB
+	pub    message.Publisher
+	q      queries
+	log    *slog.Logger
+	wake   chan struct{}
+	leases *leases // ordered mode only
+	m      metrics
+	hooks  testHooks
+}
+
+// testHooks lets this package's tests put faults at exact points.
+type testHooks struct {
+	afterPublish func() // between the broker's ack and the mark
+}
+
+// New returns a relay that reads the outbox through db and publishes to pub. It
+// checks cfg (a bad config fails here) but does not touch the database: Run does,
+// and keeps trying while the database is down.
+func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if db == nil || pub == nil {
+		return nil, errors.New("relay: db and publisher are required")
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	r := &Relay{
+		cfg:  cfg,
+		db:   sqlDB,
+		pub:  pub,
+		q:    newQueries(cfg.Table),
+		log:  cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
+		wake: make(chan struct{}, 1),
+		m:    newMetrics(cfg.Table),
+	}
+	if cfg.Ordered {
+		r.leases = newLeases(r)
+	}
+	return r, nil
+}
+
+// Wake makes the relay look for events now. Call it after committing events in
+// the relay's process (outboxhook.Config.Notify); it never blocks.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays until ctx is cancelled, then finishes or releases the batch in
+// flight (within PublishTimeout) and returns nil. Database and broker faults never
+// stop it: it logs them, backs off (capped exponential, with jitter) and resumes.
+func (r *Relay) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	start := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(ctx)
+		}()
+	}
+	r.ensureSchema(ctx)
+	if !r.cfg.DisableListen {
+		start(r.listen)
+	}
+	if r.cfg.Retention > 0 {
+		start(r.cleaner)
+	}
+	if r.leases != nil {
+		start(r.leases.run)
+	}
+	r.loop(ctx)
+	wg.Wait()
+	return nil
+}
+
+// ensureSchema creates the relay's tables and indexes when missing, retrying
+// while the database is down. Without DDL rights they must exist already.
+func (r *Relay) ensureSchema(ctx context.Context) {
+	stmts := r.q.schema[4:5] // dead events index
+	if r.cfg.Ordered {
+		stmts = append(stmts, r.q.schema[:4]...)
+	}
+	if r.cfg.Retention > 0 {
+		stmts = append(stmts, r.q.schema[5])
+	}
+	retry(ctx, r.log, "create relay schema", func(ctx context.Context) error {
+		for _, s := range stmts {
+			if err := createIfMissing(ctx, r.db, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// loop claims and publishes batches until ctx is done.
+func (r *Relay) loop(ctx context.Context) {
+	var (
+		fails    int
+		recheck  time.Duration // after a wake that found nothing: the events may not be committed yet
+		errLimit = newLimiter(30 * time.Second)
+		poll     = time.NewTimer(r.cfg.PollInterval)
+	)
+	defer poll.Stop()
+	for {
+		n, err := r.cycle(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			fails++
+			if errLimit.allow() {
+				r.log.Warn("relay cycle failed; backing off", "err", err, "failures", fails, "suppressed", errLimit.suppressed())
+			}
+			if !sleep(ctx, jitter(backoff(50*time.Millisecond, 30*time.Second, fails))) {
+				return
+			}
+			continue
+		}
+		if fails > 0 {
+			r.log.Info("relay resumed", "after_failures", fails)
+			fails = 0
+		}
+		if n >= r.cfg.BatchSize {
+			continue // more may be due
+		}
+		var timeout <-chan time.Time
+		if n == 0 && recheck > 0 && recheck < r.cfg.PollInterval {
+			timeout = time.After(recheck)
+			recheck *= 4
+		} else {
+			recheck = 0
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(r.cfg.PollInterval)
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+			recheck = time.Millisecond
+		case <-timeout:
+		case <-poll.C:
+		}
+	}
+}
+
+// cycle claims one batch, publishes it and marks the outcome. It returns how
+// many events it claimed.
+func (r *Relay) cycle(ctx context.Context) (int, error) {
+	if r.leases != nil {
+		return r.cycleOrdered(ctx)
+	}
+	return r.cycleUnordered(ctx)
+}
+
+// batchContext is the context of one batch: not cancelled with Run's context, so
+// that a batch in flight finishes at shutdown, but bounded in time.
+func (r *Relay) batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout+30*time.Second)
+}
+
+func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
+	bctx, cancel := r.batchContext(ctx)
+	defer cancel()
+	tx, err := r.db.BeginTx(bctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("begin: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	rows, err := claim(bctx, tx, r.q.claimUnordered, r.cfg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	if len(rows) == 0 {
+		return 0, tx.Commit()
+	}
+	out := r.publishUnordered(bctx, rows)
+	if err := r.mark(bctx, tx, out); err != nil {
+		return len(rows), err
+	}
+	if err := tx.Commit(); err != nil {
+		return len(rows), fmt.Errorf("commit marks: %w", err)
+	}
+	r.m.record(out)
+	return len(rows), nil
+}
+
+// outcome is the result of publishing a batch.
+type outcome struct {
+	ok     []string // ids published
+	failed []string // ids whose publish failed
+	errs   []string // the errors, by failed index
+	poison []bool   // by failed index: the row cannot be published at all (dead at once)
+	took   time.Duration
+}
+
+func (o *outcome) add(r *row, err error) {
+	if err == nil {
+		o.ok = append(o.ok, r.id)
+		return
+	}
+	o.failed = append(o.failed, r.id)
+	o.errs = append(o.errs, err.Error())
+	o.poison = append(o.poison, errors.Is(err, ErrUndecodable))
+}
+
+// mark records the outcome in the claiming transaction: published rows are
+// deleted (or stamped processed), failed ones scheduled for a retry or dead.
+func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
+	if r.hooks.afterPublish != nil {
+		r.hooks.afterPublish()
+	}
+	if len(out.ok) > 0 {
+		q := r.q.markDelete
+		if r.cfg.Retention > 0 {
+			q = r.q.markProcessed
+		}
+		if _, err := tx.ExecContext(ctx, q, out.ok); err != nil {
+			return fmt.Errorf("mark published: %w", err)
+		}
+	}
+	if len(out.failed) > 0 {
+		rows, err := tx.QueryContext(ctx, r.q.markFailed, out.failed, out.errs,
+			float64(r.cfg.MinBackoff.Milliseconds()), float64(r.cfg.MaxBackoff.Milliseconds()), r.cfg.MaxAttempts, out.poison)
+		if err != nil {
+			return fmt.Errorf("mark failed: %w", err)
+		}
+		defer rows.Close()
+		dead := 0
+		for rows.Next() {
+			var isDead bool
+			if err := rows.Scan(&isDead); err != nil {
+				return fmt.Errorf("mark failed: %w", err)
+			}
+			if isDead {
+				dead++
+			}
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("mark failed: %w", err)
+		}
+		r.m.dead.Add(int64(dead))
+		if dead > 0 {
+			r.log.Warn("events are dead after their last attempt", "count", dead, "last_error", out.errs[0])
+		}
+	}
+	return nil
+}
+
+type execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// metrics are the relay's counters, read by Stats and the Prometheus collector.
+type metrics struct {
+	published, failed, dead atomic.Int64
+	durations               prometheus.Histogram // of a batch's publishing
+}
+
+func newMetrics(table string) metrics {
+	return metrics{durations: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:        "herald_relay_publish_duration_seconds",
+		Help:        "Time to publish one batch of events, from the first Publish call to the last return.",
+		ConstLabels: prometheus.Labels{"table": table},
+		Buckets:     prometheus.ExponentialBuckets(0.0005, 2, 16),
+	})}
+}
+
+func (m *metrics) record(o *outcome) {
+	m.published.Add(int64(len(o.ok)))
+	m.failed.Add(int64(len(o.failed)))
+	m.durations.Observe(o.took.Seconds())
+}

@@ -1,0 +1,118 @@
+package relay
+
+import (
+	"fmt"
+	"strings"
+)
+
+// queries holds the relay's SQL for one outbox table.
+type queries struct {
+	claimUnordered string // $1 limit
+	claimOrdered   string // $1 limit, $2 partitions, $3 owned partitions
+	markDelete     string // $1 ids
+	markProcessed  string // $1 ids
+	markFailed     string // $1 ids, $2 errors, $3 min ms, $4 max ms, $5 max attempts, $6 poison
+	stats          string
+	dead           string // $1 limit
+	requeue        string // $1 id
+	requeueAll     string
+	cleanup        string // $1 retention ms, $2 limit
+	schema         []ddl
+}
+
+// partitionExpr is the ordering partition of a row: a hash of its aggregate, or
+// of its id for events that belong to no aggregate.
+const partitionExpr = `mod(abs(hashtext(CASE WHEN o.aggregate_id = '' THEN o.id::text ELSE o.aggregate_type || ':' || o.aggregate_id END)::bigint), $2)`
+
+const pending = `processed_at IS NULL AND dead_at IS NULL`
+
+func newQueries(table string) queries {
+	t := quoteTable(table)
+	name := baseName(table)
+	cols := `o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts`
+	r := strings.NewReplacer("{t}", t, "{name}", name, "{cols}", cols, "{pending}", pending, "{part}", partitionExpr)
+	return queries{
+		// The pending index (available_at, id) serves this scan in order; locked
+		// rows are skipped, so instances share the work.
+		claimUnordered: r.Replace(`SELECT {cols} FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+ORDER BY o.available_at, o.id LIMIT $1 FOR UPDATE SKIP LOCKED`),
+		// Only this instance reads its partitions, so no row locks. An event is due
+		// unless an earlier event of its aggregate waits for a retry.
+		claimOrdered: r.Replace(`SELECT {cols} FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+  AND {part} = ANY($3::int[])
+  AND (o.aggregate_id = '' OR NOT EXISTS (
+    SELECT 1 FROM {t} p
+    WHERE p.aggregate_type = o.aggregate_type AND p.aggregate_id = o.aggregate_id AND p.seq < o.seq
+      AND p.processed_at IS NULL AND p.dead_at IS NULL AND p.available_at > now()))
+ORDER BY o.seq LIMIT $1`),
+		markDelete:    r.Replace(`DELETE FROM {t} WHERE id = ANY($1::uuid[])`),
+		markProcessed: r.Replace(`UPDATE {t} SET processed_at = now(), last_error = NULL WHERE id = ANY($1::uuid[])`),
+		markFailed: r.Replace(`UPDATE {t} AS o SET
+  attempts = o.attempts + 1,
+  last_error = f.err,
+  available_at = now() + least($3::float8 * power(2, least(o.attempts, 40)), $4::float8) * (0.5 + random() / 2) * interval '1 millisecond',
+  dead_at = CASE WHEN o.attempts + 1 >= $5 OR f.poison THEN now() END
+FROM unnest($1::uuid[], $2::text[], $6::bool[]) AS f(id, err, poison)
+WHERE o.id = f.id
+RETURNING o.dead_at IS NOT NULL`),
+		stats: r.Replace(`SELECT
+  (SELECT count(*) FROM {t} WHERE {pending}),
+  (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
+  (SELECT extract(epoch FROM now() - min(created_at)) FROM {t} WHERE {pending})`),
+		dead: r.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT $1`),
+		requeue: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, available_at = now()
+WHERE id = $1 AND dead_at IS NOT NULL`),
+		requeueAll: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, available_at = now() WHERE dead_at IS NOT NULL`),
+		cleanup: r.Replace(`DELETE FROM {t} WHERE id IN (
+  SELECT id FROM {t} WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`),
+		schema: schemaStatements(table),
+	}
+}
+
+// ddl is a CREATE ... IF NOT EXISTS statement and the (qualified, quoted)
+// name of what it creates.
+type ddl struct{ name, sql string }
+
+// schemaStatements are the relay's additions to the outbox: the partition lease
+// and instance tables of ordered mode, and the indexes for ordered claims, dead
+// events and retention. Each is created when missing.
+func schemaStatements(table string) []ddl {
+	t, name := quoteTable(table), baseName(table)
+	prefix := ""
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		prefix = quoteTable(table[:i]) + "."
+	}
+	obj := func(suffix, format string, args ...any) ddl {
+		return ddl{name: prefix + `"` + name + suffix + `"`, sql: fmt.Sprintf(format, args...)}
+	}
+	return []ddl{
+		obj("_leases", `CREATE TABLE IF NOT EXISTS %s"%s_leases" (
+    partition  int         PRIMARY KEY,
+    owner      text        NOT NULL DEFAULT '',
+    expires_at timestamptz NOT NULL DEFAULT '-infinity'
+)`, prefix, name),
+		obj("_relays", `CREATE TABLE IF NOT EXISTS %s"%s_relays" (
+    instance text        PRIMARY KEY,
+    seen_at  timestamptz NOT NULL
+)`, prefix, name),
+		obj("_ordered_idx", `CREATE INDEX IF NOT EXISTS "%s_ordered_idx" ON %s (seq) WHERE %s`, name, t, pending),
+		obj("_aggregate_idx", `CREATE INDEX IF NOT EXISTS "%s_aggregate_idx" ON %s (aggregate_type, aggregate_id, seq) WHERE %s`, name, t, pending),
+		obj("_dead_idx", `CREATE INDEX IF NOT EXISTS "%s_dead_idx" ON %s (dead_at) WHERE dead_at IS NOT NULL`, name, t),
+		obj("_processed_idx", `CREATE INDEX IF NOT EXISTS "%s_processed_idx" ON %s (processed_at) WHERE processed_at IS NOT NULL`, name, t),
+	}
+}
+
+// SchemaSQL returns the DDL of the relay's additions to the outbox table named
+// table (see the outboxhook package for the table itself). For the default name
+// it is the content of migrations/0001_relay.sql; run it as the table's owner when
+// the relay's role may not create objects.
+func SchemaSQL(table string) string {
+	var b strings.Builder
+	for _, s := range schemaStatements(table) {
+		b.WriteString(s.sql)
+		b.WriteString(";\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,97 @@
+package relay
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// sleep waits d or until ctx is done; it reports whether the wait completed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// jitter returns a random duration between d/2 and d.
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// retry runs f until it succeeds or ctx is done, backing off between tries and
+// logging at a limited rate.
+func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) bool {
+	lim := newLimiter(30 * time.Second)
+	for n := 1; ; n++ {
+		err := f(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		if lim.allow() {
+			log.Warn(what+" failed; retrying", "err", err, "tries", n, "suppressed", lim.suppressed())
+		}
+		if !sleep(ctx, jitter(backoff(100*time.Millisecond, 30*time.Second, n))) {
+			return false
+		}
+	}
+}
+
+// limiter lets a log line through at most once per interval, counting the rest.
+type limiter struct {
+	mu       sync.Mutex
+	every    time.Duration
+	last     time.Time
+	dropped  int
+	reported int
+}
+
+func newLimiter(every time.Duration) *limiter { return &limiter{every: every} }
+
+func (l *limiter) allow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now := time.Now(); l.last.IsZero() || now.Sub(l.last) >= l.every {
+		l.last, l.reported, l.dropped = now, l.dropped, 0
+		return true
+	}
+	l.dropped++
+	return false
+}
+
+// suppressed is how many lines were dropped before the last one allowed.
+func (l *limiter) suppressed() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reported
+}
+
+// createIfMissing runs a CREATE ... IF NOT EXISTS statement only when the object
+// it names is missing, so a role without DDL rights works once it exists.
+func createIfMissing(ctx context.Context, db *sql.DB, d ddl) error {
+	var found sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1)::text`, d.name).Scan(&found); err != nil {
+		return fmt.Errorf("look up %s: %w", d.name, err)
+	}
+	if found.Valid {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, d.sql); err != nil {
+		return fmt.Errorf("create %s: %w", d.name, err)
+	}
+	return nil
+}
