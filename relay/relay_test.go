@@ -44,4 +44,3 @@ func TestRelayGoChannel(t *testing.T) {
 		})
 	}
 }
-
