@@ -127,16 +127,23 @@ func (l *leases) tick(ctx context.Context) error {
 	return nil
 }
 
-// usable returns the partitions a batch may work on now.
-func (l *leases) usable() []int32 {
+// usable returns the partitions a batch may work on now (those with more than
+// 1.25 PublishTimeout of lease left) and the end of the earliest of their leases.
+func (l *leases) usable() ([]int32, time.Time) {
 	limit := time.Now().Add(l.r.cfg.PublishTimeout + l.r.cfg.PublishTimeout/4)
-	var out []int32
+	var (
+		out   []int32
+		first time.Time
+	)
 	for p, until := range l.until {
 		if until.After(limit) {
 			out = append(out, int32(p))
+			if first.IsZero() || until.Before(first) {
+				first = until
+			}
 		}
 	}
-	return out
+	return out, first
 }
 
 func queryInts(ctx context.Context, db execer, q string, args ...any) ([]int, error) {
@@ -163,11 +170,14 @@ func (r *Relay) cycleOrdered(ctx context.Context) (int, error) {
 	l := r.leases
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	parts := l.usable()
+	parts, until := l.usable()
 	if len(parts) == 0 {
 		return 0, nil
 	}
-	bctx, cancel := r.batchContext(ctx)
+	// No Publish call starts later than PublishTimeout (and a margin) before the
+	// first of these leases ends: the batch is over before another instance could
+	// take one of its partitions.
+	bctx, startBy, cancel := r.batchContexts(ctx, until.Add(-r.cfg.PublishTimeout-r.cfg.PublishTimeout/4))
 	defer cancel()
 	rows, err := claim(bctx, r.db, r.q.claimOrdered, r.cfg.BatchSize, r.cfg.Partitions, parts)
 	if err != nil {
@@ -176,9 +186,6 @@ func (r *Relay) cycleOrdered(ctx context.Context) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	// The whole batch publishes within one PublishTimeout: the lease outlives it.
-	pctx, pcancel := context.WithTimeout(bctx, r.cfg.PublishTimeout)
-	defer pcancel()
 	start := time.Now()
 	out := &outcome{}
 	var (
@@ -208,7 +215,7 @@ func (r *Relay) cycleOrdered(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	r.runUnits(pctx, units, true, out)
+	r.runUnits(startBy, units, true, out)
 	out.took = time.Since(start)
 	tx, err := r.db.BeginTx(bctx, nil)
 	if err != nil {

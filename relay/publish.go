@@ -75,10 +75,15 @@ func toMessage(r *row) (*message.Message, error) {
 	}), nil
 }
 
-// publish calls the publisher with a timeout, turning a panic into an error. A
+// publish calls the publisher with a timeout of PublishTimeout, turning a panic
+// into an error. startBy is the batch's start-by context: once it is done, no
+// call starts (errNotTried), so a batch ends within PublishTimeout of it. A
 // publisher that never returns leaves its goroutine behind: nothing can stop it.
-func (r *Relay) publish(ctx context.Context, topic string, msgs []*message.Message) error {
-	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+func (r *Relay) publish(startBy context.Context, topic string, msgs []*message.Message) error {
+	if startBy.Err() != nil {
+		return errNotTried
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(startBy), r.cfg.PublishTimeout)
 	defer cancel()
 	for _, m := range msgs {
 		m.SetContext(pctx)
@@ -128,8 +133,12 @@ func (r *Relay) publishRun(ctx context.Context, rows []*row, ordered bool) []err
 }
 
 // errSkipped marks an event held back behind a failed earlier event of its
-// aggregate: it is neither published nor counted as an attempt.
-var errSkipped = errors.New("held back behind an earlier failed event")
+// aggregate, and errNotTried one whose batch ran out of time before its turn:
+// neither is published nor counted as an attempt; both stay pending.
+var (
+	errSkipped  = errors.New("held back behind an earlier failed event")
+	errNotTried = errors.New("batch out of time before this event's turn")
+)
 
 // publishUnordered publishes a batch: per topic, in chunks spread over
 // PublishConcurrency workers.
@@ -195,7 +204,7 @@ func (r *Relay) runUnits(ctx context.Context, units [][]*row, ordered bool, out 
 					errs := r.publishRun(ctx, unit[i:j], ordered)
 					results = append(results, errs...)
 					i = j
-					if ordered && errs[len(errs)-1] != nil {
+					if ordered && errs[len(errs)-1] != nil && errs[len(errs)-1] != errNotTried {
 						for ; i < len(unit); i++ {
 							results = append(results, errSkipped)
 						}
@@ -203,7 +212,7 @@ func (r *Relay) runUnits(ctx context.Context, units [][]*row, ordered bool, out 
 				}
 				mu.Lock()
 				for i, rw := range unit {
-					if results[i] != errSkipped {
+					if results[i] != errSkipped && results[i] != errNotTried {
 						out.add(rw, results[i])
 					}
 				}

@@ -30,7 +30,7 @@ type Relay struct {
 
 // testHooks lets this package's tests put faults at exact points.
 type testHooks struct {
-	afterPublish func() // between the broker's ack and the mark
+	afterPublish func() error // between the broker's ack and the mark; an error stands for a crash there
 }
 
 // New returns a relay that reads the outbox through db and publishes to pub. It
@@ -184,14 +184,18 @@ func (r *Relay) cycle(ctx context.Context) (int, error) {
 	return r.cycleUnordered(ctx)
 }
 
-// batchContext is the context of one batch: not cancelled with Run's context, so
-// that a batch in flight finishes at shutdown, but bounded in time.
-func (r *Relay) batchContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), r.cfg.PublishTimeout+30*time.Second)
+// batchContexts returns the contexts of one batch: bctx for its database work,
+// not cancelled with Run's context (so that a batch in flight finishes at
+// shutdown) but bounded in time; and startBy, after which no Publish call starts
+// (see publish), so that publishing ends by startBy + PublishTimeout.
+func (r *Relay) batchContexts(ctx context.Context, startBy time.Time) (bctx, start context.Context, cancel func()) {
+	bctx, c1 := context.WithDeadline(context.WithoutCancel(ctx), startBy.Add(r.cfg.PublishTimeout+30*time.Second))
+	start, c2 := context.WithDeadline(bctx, startBy)
+	return bctx, start, func() { c2(); c1() }
 }
 
 func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
-	bctx, cancel := r.batchContext(ctx)
+	bctx, startBy, cancel := r.batchContexts(ctx, time.Now().Add(2*r.cfg.PublishTimeout))
 	defer cancel()
 	tx, err := r.db.BeginTx(bctx, nil)
 	if err != nil {
@@ -205,7 +209,7 @@ func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
 	if len(rows) == 0 {
 		return 0, tx.Commit()
 	}
-	out := r.publishUnordered(bctx, rows)
+	out := r.publishUnordered(startBy, rows)
 	if err := r.mark(bctx, tx, out); err != nil {
 		return len(rows), err
 	}
@@ -239,7 +243,9 @@ func (o *outcome) add(r *row, err error) {
 // deleted (or stamped processed), failed ones scheduled for a retry or dead.
 func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 	if r.hooks.afterPublish != nil {
-		r.hooks.afterPublish()
+		if err := r.hooks.afterPublish(); err != nil {
+			return err
+		}
 	}
 	if len(out.ok) > 0 {
 		q := r.q.markDelete

@@ -1,0 +1,217 @@
+package relay_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/brokertest"
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// A crash between the broker's ack and the mark: the batch is published again,
+// under the same UUIDs, and nothing is lost.
+func TestFaultBetweenAckAndMark(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
+			topic := brokertest.Topic("ackmark")
+			e := newTopicEnv(t, topic)
+			pub, sub := brokertest.NATS(t, brokertest.NATSURL(), topic)
+			got := consume(t, sub, topic)
+			ids := e.write(10, 5)
+			r, err := relay.New(e.db, pub, relay.Config{Ordered: ordered, BatchSize: 20, PollInterval: 50 * time.Millisecond,
+				Logger: quietLogger(), LeaseDuration: 3 * time.Second, PublishTimeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var faults atomic.Int32
+			relay.SetAfterPublish(r, func() error {
+				if faults.Add(1) <= 2 {
+					return errors.New("injected crash between ack and mark")
+				}
+				return nil
+			})
+			e.run(r)
+			eventually(t, 30*time.Second, "50 events", func() bool { return got.distinct() == 50 })
+			eventually(t, 10*time.Second, "outbox drained", func() bool { return e.pending() == 0 })
+			if n := len(got.snapshot()); n <= 50 {
+				t.Fatalf("%d deliveries: the faulted batches were not republished", n)
+			}
+			want := idSet(ids)
+			for _, m := range got.snapshot() {
+				if !want[m.UUID] {
+					t.Fatalf("republished under a new UUID: %s", m.UUID)
+				}
+			}
+			if ordered {
+				checkOrder(t, ids, got)
+			}
+		})
+	}
+}
+
+// badPublisher fails as told for messages whose payload contains a marker.
+type badPublisher struct {
+	message.Publisher
+	mode string // "error", "panic", "hang"
+}
+
+func (p badPublisher) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		var d Deposited
+		if json.Unmarshal(m.Payload, &d) == nil && d.Seq == 2 {
+			switch p.mode {
+			case "error":
+				return errors.New("broker refused")
+			case "panic":
+				panic("publisher bug")
+			case "hang":
+				select {} // never returns
+			}
+		}
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
+// A publisher that errors, panics or hangs fails only the events it fails on:
+// they go dead after MaxAttempts with the reason; their neighbours are published.
+// In ordered mode the later events of the same aggregate wait, then are released
+// when the failing event dies.
+func TestFailingPublisher(t *testing.T) {
+	for _, mode := range []string{"error", "panic", "hang"} {
+		for _, ordered := range []bool{false, true} {
+			t.Run(mode+"/"+map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
+				e := newEnv(t)
+				ids := e.write(4, 4) // Seq 0..3 per account; Seq 2 fails
+				gc := newGoChannel()
+				got := consume(t, gc, "account.deposited")
+				r, err := relay.New(e.db, badPublisher{gc, mode}, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond,
+					MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+					PublishTimeout: 200 * time.Millisecond, LeaseDuration: time.Second, Logger: quietLogger()})
+				if err != nil {
+					t.Fatal(err)
+				}
+				e.run(r)
+				eventually(t, 20*time.Second, "12 good events", func() bool { return got.distinct() == 12 })
+				var dead []relay.DeadEvent
+				eventually(t, 20*time.Second, "4 dead events", func() bool {
+					dead, err = r.Dead(context.Background(), 100)
+					return err == nil && len(dead) == 4
+				})
+				for _, d := range dead {
+					if d.Attempts != 3 || d.LastError == "" {
+						t.Fatalf("dead event %+v", d)
+					}
+					want := map[string]string{"error": "broker refused", "panic": "panicked", "hang": "timed out"}[mode]
+					if !strings.Contains(d.LastError, want) {
+						t.Fatalf("last error %q does not say %q", d.LastError, want)
+					}
+				}
+				if ordered {
+					checkOrder(t, ids, got)
+				}
+				eventually(t, 10*time.Second, "outbox drained", func() bool { return e.pending() == 0 })
+				s, _ := r.Stats(context.Background())
+				if s.Dead != 4 || s.Pending != 0 || s.Died != 4 || s.Published != 12 {
+					t.Fatalf("stats = %+v", s)
+				}
+			})
+		}
+	}
+}
+
+// Rows whose stored metadata or id cannot be decoded go dead at once with a
+// reason, and do not stall their neighbours (nor, ordered, their aggregate's
+// later events).
+func TestUndecodableRows(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
+			e := newEnv(t)
+			ids := e.write(3, 3)
+			var victim uuid.UUID
+			for _, evs := range ids {
+				victim = evs[0]
+				break
+			}
+			// Valid jsonb that is not a string map.
+			if err := e.db.Exec(`UPDATE outbox_messages SET metadata = '{"n": [1,2]}' WHERE id = ?`, victim).Error; err != nil {
+				t.Fatal(err)
+			}
+			gc := newGoChannel()
+			got := consume(t, gc, "account.deposited")
+			r, err := relay.New(e.db, gc, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond,
+				PublishTimeout: time.Second, LeaseDuration: 3 * time.Second, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			e.run(r)
+			eventually(t, 10*time.Second, "8 events", func() bool { return got.distinct() == 8 })
+			dead, err := r.Dead(context.Background(), 10)
+			if err != nil || len(dead) != 1 || dead[0].ID != victim || !strings.Contains(dead[0].LastError, "cannot be decoded") {
+				t.Fatalf("dead = %+v, %v", dead, err)
+			}
+			if dead[0].Attempts != 1 {
+				t.Fatalf("undecodable row was retried: %d attempts", dead[0].Attempts)
+			}
+			// Requeue after repair.
+			if err := e.db.Exec(`UPDATE outbox_messages SET metadata = '{}' WHERE id = ?`, victim).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Requeue(context.Background(), victim); err != nil {
+				t.Fatal(err)
+			}
+			if err := r.Requeue(context.Background(), victim); !errors.Is(err, relay.ErrNotDead) {
+				t.Fatalf("second requeue: %v", err)
+			}
+			eventually(t, 10*time.Second, "9 events", func() bool { return got.distinct() == 9 })
+		})
+	}
+}
+
+func TestRequeueAll(t *testing.T) {
+	e := newEnv(t)
+	e.write(2, 2)
+	gc := newGoChannel()
+	got := consume(t, gc, "account.deposited")
+	fail := atomic.Bool{}
+	fail.Store(true)
+	pub := publisherFunc(func(topic string, msgs ...*message.Message) error {
+		if fail.Load() {
+			return errors.New("down")
+		}
+		return gc.Publish(topic, msgs...)
+	})
+	r, err := relay.New(e.db, pub, relay.Config{PollInterval: 20 * time.Millisecond, MaxAttempts: 1, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(r)
+	eventually(t, 10*time.Second, "4 dead", func() bool { s, _ := r.Stats(context.Background()); return s.Dead == 4 })
+	fail.Store(false)
+	n, err := r.RequeueAll(context.Background())
+	if err != nil || n != 4 {
+		t.Fatalf("requeued %d, %v", n, err)
+	}
+	eventually(t, 10*time.Second, "4 events", func() bool { return got.distinct() == 4 })
+}
+
+type publisherFunc func(topic string, msgs ...*message.Message) error
+
+func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error { return f(topic, msgs...) }
+func (f publisherFunc) Close() error                                         { return nil }
+
+var (
+	_ = pgtest.DSN
+	_ = outboxhook.Add
+	_ = events.NewID
+)
