@@ -207,8 +207,10 @@ func TestRequeueAll(t *testing.T) {
 
 type publisherFunc func(topic string, msgs ...*message.Message) error
 
-func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error { return f(topic, msgs...) }
-func (f publisherFunc) Close() error                                         { return nil }
+func (f publisherFunc) Publish(topic string, msgs ...*message.Message) error {
+	return f(topic, msgs...)
+}
+func (f publisherFunc) Close() error { return nil }
 
 var (
 	_ = pgtest.DSN
