@@ -163,3 +163,33 @@ func Main(m interface{ Run() int }) {
 	}
 	os.Exit(code)
 }
+
+// WithHost returns dsn (a URL) pointing at host:port instead, and with an
+// application_name, so that a test can find its connections in pg_stat_activity.
+func WithHost(dsn, hostport, appName string) string {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		panic("pgtest: DSN is not a URL: " + err.Error())
+	}
+	if hostport != "" {
+		u.Host = hostport
+	}
+	if appName != "" {
+		q := u.Query()
+		q.Set("application_name", appName)
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// Terminate ends every backend whose application_name is appName and returns how
+// many it ended.
+func Terminate(t testing.TB, appName string) int {
+	t.Helper()
+	var n int
+	err := Admin(t).QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&n)
+	if err != nil {
+		t.Fatalf("pgtest: terminate %s: %v", appName, err)
+	}
+	return n
+}
