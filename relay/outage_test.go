@@ -222,4 +222,3 @@ func TestWakeUps(t *testing.T) {
 		})
 	}
 }
-
