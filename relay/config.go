@@ -17,7 +17,7 @@ type Config struct {
 	// Table is the outbox table, optionally schema-qualified; it must match the
 	// outbox hook's. Defaults to "outbox_messages".
 	Table string
-	// BatchSize is how many events one cycle claims and publishes. Defaults to 500.
+	// BatchSize is how many events one cycle claims and publishes. Defaults to 1000.
 	BatchSize int
 	// PollInterval is how often the relay looks for due events when nothing woke
 	// it. Wake-ups (Wake, LISTEN/NOTIFY) carry the speed; polling is the fallback,
@@ -29,6 +29,10 @@ type Config struct {
 	// PublishConcurrency is how many Publish calls run at once within a batch:
 	// chunks of one topic in unordered mode, aggregates in ordered mode. Defaults to 8.
 	PublishConcurrency int
+	// Workers is how many batches run at once while there is a backlog (a batch
+	// came back full), each in its own transaction; in ordered mode each works a
+	// disjoint share of the partitions. Defaults to 2.
+	Workers int
 	// MaxAttempts is how many failed publishes make an event dead: it is kept, with
 	// dead_at set, until requeued. Defaults to 12.
 	MaxAttempts int
@@ -78,11 +82,12 @@ type Config struct {
 }
 
 const (
-	defaultBatchSize   = 500
+	defaultBatchSize   = 1000
 	defaultPoll        = time.Second
 	defaultPubTimeout  = 10 * time.Second
 	defaultConcurrency = 8
 	defaultMaxAttempts = 12
+	defaultWorkers     = 2
 	defaultMinBackoff  = time.Second
 	defaultMaxBackoff  = 5 * time.Minute
 	defaultCleanupInt  = time.Minute
@@ -101,6 +106,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.PollInterval, defaultPoll)
 	setDefault(&c.PublishTimeout, defaultPubTimeout)
 	setDefault(&c.PublishConcurrency, defaultConcurrency)
+	setDefault(&c.Workers, defaultWorkers)
 	setDefault(&c.MaxAttempts, defaultMaxAttempts)
 	setDefault(&c.MinBackoff, defaultMinBackoff)
 	setDefault(&c.MaxBackoff, defaultMaxBackoff)
@@ -147,6 +153,7 @@ func (c Config) Validate() error {
 	check(c.PollInterval > 0, "PollInterval is %v, must be positive", c.PollInterval)
 	check(c.PublishTimeout > 0, "PublishTimeout is %v, must be positive", c.PublishTimeout)
 	check(c.PublishConcurrency > 0, "PublishConcurrency is %d, must be positive", c.PublishConcurrency)
+	check(c.Workers > 0, "Workers is %d, must be positive", c.Workers)
 	check(c.MaxAttempts > 0, "MaxAttempts is %d, must be positive", c.MaxAttempts)
 	check(c.MinBackoff > 0 && c.MaxBackoff >= c.MinBackoff, "backoff %v..%v: need 0 < MinBackoff <= MaxBackoff", c.MinBackoff, c.MaxBackoff)
 	check(c.Retention >= 0, "Retention is %v, must not be negative", c.Retention)

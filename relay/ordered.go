@@ -128,15 +128,16 @@ func (l *leases) tick(ctx context.Context) error {
 }
 
 // usable returns the partitions a batch may work on now (those with more than
-// 1.25 PublishTimeout of lease left) and the end of the earliest of their leases.
-func (l *leases) usable() ([]int32, time.Time) {
+// 1.25 PublishTimeout of lease left, and in worker's share: p mod of = worker)
+// and the end of the earliest of their leases.
+func (l *leases) usable(worker, of int) ([]int32, time.Time) {
 	limit := time.Now().Add(l.r.cfg.PublishTimeout + l.r.cfg.PublishTimeout/4)
 	var (
 		out   []int32
 		first time.Time
 	)
 	for p, until := range l.until {
-		if until.After(limit) {
+		if p%of == worker && until.After(limit) {
 			out = append(out, int32(p))
 			if first.IsZero() || until.Before(first) {
 				first = until
@@ -166,11 +167,11 @@ func queryInts(ctx context.Context, db execer, q string, args ...any) ([]int, er
 // cycleOrdered works one batch of this instance's partitions: the due events in
 // commit order, each aggregate's in sequence (aggregates in parallel), a failure
 // holding back the rest of its aggregate.
-func (r *Relay) cycleOrdered(ctx context.Context) (int, error) {
+func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	l := r.leases
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	parts, until := l.usable()
+	parts, until := l.usable(worker, of)
 	if len(parts) == 0 {
 		return 0, nil
 	}
@@ -186,7 +187,6 @@ func (r *Relay) cycleOrdered(ctx context.Context) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
-	start := time.Now()
 	out := &outcome{}
 	var (
 		units []([]*row)
@@ -215,8 +215,7 @@ func (r *Relay) cycleOrdered(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	r.runUnits(startBy, units, true, out)
-	out.took = time.Since(start)
+	r.publishOrdered(startBy, units, out)
 	tx, err := r.db.BeginTx(bctx, nil)
 	if err != nil {
 		return len(rows), fmt.Errorf("begin marks: %w", err)

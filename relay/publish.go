@@ -107,122 +107,136 @@ func (r *Relay) publish(startBy context.Context, topic string, msgs []*message.M
 
 // publishRun publishes rows (one topic) in one call; if that fails, one by one,
 // so that a bad message does not fail its neighbours. It returns each row's error.
-// With ordered set, the first failure stops the run: the rest are not tried.
-func (r *Relay) publishRun(ctx context.Context, rows []*row, ordered bool) []error {
+func (r *Relay) publishRun(startBy context.Context, rows []*row) []error {
 	errs := make([]error, len(rows))
 	msgs := make([]*message.Message, 0, len(rows))
 	for _, rw := range rows {
 		msgs = append(msgs, rw.msg)
 	}
-	if err := r.publish(ctx, rows[0].topic, msgs); err == nil || len(rows) == 1 {
+	if err := r.publish(startBy, rows[0].topic, msgs); err == nil || len(rows) == 1 {
 		for i := range errs {
 			errs[i] = err
 		}
 		return errs
 	}
 	for i, rw := range rows {
-		errs[i] = r.publish(ctx, rw.topic, []*message.Message{rw.msg.Copy()})
-		if errs[i] != nil && ordered {
-			for j := i + 1; j < len(rows); j++ {
-				errs[j] = errSkipped
-			}
-			break
-		}
+		errs[i] = r.publish(startBy, rw.topic, []*message.Message{rw.msg.Copy()})
 	}
 	return errs
 }
 
-// errSkipped marks an event held back behind a failed earlier event of its
-// aggregate, and errNotTried one whose batch ran out of time before its turn:
-// neither is published nor counted as an attempt; both stay pending.
-var (
-	errSkipped  = errors.New("held back behind an earlier failed event")
-	errNotTried = errors.New("batch out of time before this event's turn")
-)
+// errNotTried marks an event whose batch ran out of time before its turn: it is
+// neither published nor counted as an attempt, and stays pending.
+var errNotTried = errors.New("batch out of time before this event's turn")
 
-// publishUnordered publishes a batch: per topic, in chunks spread over
-// PublishConcurrency workers.
-func (r *Relay) publishUnordered(ctx context.Context, rows []*row) *outcome {
+// publishSet publishes rows in no particular order: per topic, in chunks spread
+// over PublishConcurrency workers. It returns each row's error.
+func (r *Relay) publishSet(startBy context.Context, rows []*row) []error {
+	errs := make([]error, len(rows))
+	var (
+		chunks  [][]int
+		byTopic = map[string][]int{}
+		topics  []string
+	)
+	for i, rw := range rows {
+		if _, ok := byTopic[rw.topic]; !ok {
+			topics = append(topics, rw.topic)
+		}
+		byTopic[rw.topic] = append(byTopic[rw.topic], i)
+	}
+	for _, t := range topics {
+		chunks = append(chunks, chunk(byTopic[t], r.cfg.PublishConcurrency)...)
+	}
+	var (
+		wg   sync.WaitGroup
+		next = make(chan []int)
+	)
+	for range min(r.cfg.PublishConcurrency, len(chunks)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for idx := range next {
+				run := make([]*row, len(idx))
+				for k, i := range idx {
+					run[k] = rows[i]
+				}
+				for k, err := range r.publishRun(startBy, run) {
+					errs[idx[k]] = err // each index is written by one worker only
+				}
+			}
+		}()
+	}
+	for _, c := range chunks {
+		next <- c
+	}
+	close(next)
+	wg.Wait()
+	return errs
+}
+
+// chunk splits idx into at most n chunks of similar size (64 at least).
+func chunk(idx []int, n int) [][]int {
+	size := max((len(idx)+n-1)/n, 64)
+	var out [][]int
+	for len(idx) > 0 {
+		k := min(size, len(idx))
+		out = append(out, idx[:k])
+		idx = idx[k:]
+	}
+	return out
+}
+
+// publishUnordered publishes a batch in no particular order.
+func (r *Relay) publishUnordered(startBy context.Context, rows []*row) *outcome {
 	start := time.Now()
 	out := &outcome{}
-	var (
-		units   [][]*row
-		byTopic = map[string][]*row{}
-		order   []string
-	)
+	ok := make([]*row, 0, len(rows))
 	for _, rw := range rows {
 		if rw.err != nil {
-			out.add(rw, rw.err)
-			continue
+			out.add(rw, rw.err) // cannot become a message: dead at once
+		} else {
+			ok = append(ok, rw)
 		}
-		if _, ok := byTopic[rw.topic]; !ok {
-			order = append(order, rw.topic)
+	}
+	for i, err := range r.publishSet(startBy, ok) {
+		if err != errNotTried {
+			out.add(ok[i], err)
 		}
-		byTopic[rw.topic] = append(byTopic[rw.topic], rw)
 	}
-	for _, t := range order {
-		units = append(units, chunk(byTopic[t], r.cfg.PublishConcurrency)...)
-	}
-	r.runUnits(ctx, units, false, out)
 	out.took = time.Since(start)
 	return out
 }
 
-// chunk splits rows into at most n chunks of similar size.
-func chunk(rows []*row, n int) [][]*row {
-	size := (len(rows) + n - 1) / n
-	size = max(size, 64)
-	var out [][]*row
-	for len(rows) > 0 {
-		k := min(size, len(rows))
-		out = append(out, rows[:k])
-		rows = rows[k:]
-	}
-	return out
-}
-
-// runUnits publishes each unit (a sequence of rows) on a pool of workers. Within
-// a unit rows go in order, consecutive rows of one topic in one call.
-func (r *Relay) runUnits(ctx context.Context, units [][]*row, ordered bool, out *outcome) {
-	var (
-		mu   sync.Mutex
-		wg   sync.WaitGroup
-		next = make(chan []*row)
-	)
-	workers := min(r.cfg.PublishConcurrency, len(units))
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for unit := range next {
-				results := make([]error, 0, len(unit))
-				for i := 0; i < len(unit); {
-					j := i + 1
-					for j < len(unit) && unit[j].topic == unit[i].topic {
-						j++
-					}
-					errs := r.publishRun(ctx, unit[i:j], ordered)
-					results = append(results, errs...)
-					i = j
-					if ordered && errs[len(errs)-1] != nil && errs[len(errs)-1] != errNotTried {
-						for ; i < len(unit); i++ {
-							results = append(results, errSkipped)
-						}
-					}
-				}
-				mu.Lock()
-				for i, rw := range unit {
-					if results[i] != errSkipped && results[i] != errNotTried {
-						out.add(rw, results[i])
-					}
-				}
-				mu.Unlock()
+// publishOrdered publishes units (each the events of one aggregate, in commit
+// order) layer by layer: the first event of every unit, all at once, then the
+// second, and so on, adding the results to out. A unit whose event failed (or
+// was not tried) publishes nothing more in this batch: its later events are held
+// back, unmarked.
+func (r *Relay) publishOrdered(startBy context.Context, units [][]*row, out *outcome) {
+	start := time.Now()
+	stopped := make([]bool, len(units))
+	for layer := 0; ; layer++ {
+		var (
+			rows  []*row
+			owner []int
+		)
+		for i, u := range units {
+			if !stopped[i] && layer < len(u) {
+				rows = append(rows, u[layer])
+				owner = append(owner, i)
 			}
-		}()
+		}
+		if len(rows) == 0 {
+			break
+		}
+		for j, err := range r.publishSet(startBy, rows) {
+			if err != nil {
+				stopped[owner[j]] = true
+			}
+			if err != errNotTried {
+				out.add(rows[j], err)
+			}
+		}
 	}
-	for _, u := range units {
-		next <- u
-	}
-	close(next)
-	wg.Wait()
+	out.took = time.Since(start)
 }

@@ -128,8 +128,9 @@ func (r *Relay) loop(ctx context.Context) {
 		poll     = time.NewTimer(r.cfg.PollInterval)
 	)
 	defer poll.Stop()
+	backlog := false
 	for {
-		n, err := r.cycle(ctx)
+		n, full, err := r.round(ctx, backlog)
 		if ctx.Err() != nil {
 			return
 		}
@@ -147,7 +148,7 @@ func (r *Relay) loop(ctx context.Context) {
 			r.log.Info("relay resumed", "after_failures", fails)
 			fails = 0
 		}
-		if n >= r.cfg.BatchSize {
+		if backlog = full; full {
 			continue // more may be due
 		}
 		var timeout <-chan time.Time
@@ -175,11 +176,46 @@ func (r *Relay) loop(ctx context.Context) {
 	}
 }
 
+// round runs one batch, or under a backlog Workers batches at once (each in its
+// own transaction; in ordered mode each on its own share of the partitions). It
+// returns how many events they claimed and whether any batch came back full.
+func (r *Relay) round(ctx context.Context, backlog bool) (n int, full bool, err error) {
+	k := 1
+	if backlog {
+		k = r.cfg.Workers
+	}
+	if k == 1 {
+		n, err = r.cycle(ctx, 0, 1)
+		return n, n >= r.cfg.BatchSize, err
+	}
+	var (
+		mu sync.Mutex
+		wg sync.WaitGroup
+	)
+	for w := range k {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got, cerr := r.cycle(ctx, w, k)
+			mu.Lock()
+			defer mu.Unlock()
+			n += got
+			full = full || got >= r.cfg.BatchSize
+			if cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
+	wg.Wait()
+	return n, full, err
+}
+
 // cycle claims one batch, publishes it and marks the outcome. It returns how
-// many events it claimed.
-func (r *Relay) cycle(ctx context.Context) (int, error) {
+// many events it claimed. worker and of split the ordered partitions between
+// concurrent cycles.
+func (r *Relay) cycle(ctx context.Context, worker, of int) (int, error) {
 	if r.leases != nil {
-		return r.cycleOrdered(ctx)
+		return r.cycleOrdered(ctx, worker, of)
 	}
 	return r.cycleUnordered(ctx)
 }

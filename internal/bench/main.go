@@ -1,7 +1,8 @@
 // Command bench measures Herald against baselines on the local PostgreSQL. Each
 // suite prints a Markdown table; the figures go to BENCHMARKS.md.
 //
-//	go run ./internal/bench write [-writers 8] [-duration 5s] [-rounds 3]
+//	go run ./internal/bench write [-writers 8] [-duration 4s] [-rounds 7]
+//	go run ./internal/bench relay [-events 100000] [-publishers gochannel,nats]
 package main
 
 import (
@@ -19,6 +20,8 @@ func main() {
 	switch os.Args[1] {
 	case "write":
 		err = runWrite(fs, os.Args[2:])
+	case "relay":
+		err = runRelay(fs, os.Args[2:])
 	default:
 		usage()
 	}
@@ -29,6 +32,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write [flags]")
+	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay [flags]")
 	os.Exit(2)
 }

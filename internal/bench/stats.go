@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -94,3 +95,5 @@ func scratchSchema(admin *sql.DB) (string, func(), error) {
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

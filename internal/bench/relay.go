@@ -1,0 +1,329 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
+	"github.com/ThreeDotsLabs/watermill/components/forwarder"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/heraldgo/herald/internal/brokertest"
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// countingPublisher counts the messages its publisher accepted, and closes done
+// when it reaches want.
+type countingPublisher struct {
+	message.Publisher
+	n    atomic.Int64
+	want int64
+	done chan struct{}
+	once sync.Once
+}
+
+func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if err := c.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	if c.n.Add(int64(len(msgs))) >= c.want {
+		c.once.Do(func() { close(c.done) })
+	}
+	return nil
+}
+
+// target builds the publisher events are relayed to: "gochannel" (with a
+// subscriber that acks everything) or "nats" (JetStream on the shared server).
+func target(kind, topic string) (message.Publisher, func(), error) {
+	switch kind {
+	case "gochannel":
+		gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1 << 17}, watermill.NopLogger{})
+		ch, err := gc.Subscribe(context.Background(), topic)
+		if err != nil {
+			return nil, nil, err
+		}
+		go func() {
+			for m := range ch {
+				m.Ack()
+			}
+		}()
+		return gc, func() { _ = gc.Close() }, nil
+	case "nats":
+		pub, err := wmnats.NewPublisher(brokertest.NATSPublisherConfig(brokertest.NATSURL()), watermill.NopLogger{})
+		if err != nil {
+			return nil, nil, err
+		}
+		return pub, func() { _ = pub.Close(); brokertest.DeleteStreams(brokertest.NATSURL(), topic) }, nil
+	}
+	return nil, nil, fmt.Errorf("unknown publisher %q", kind)
+}
+
+// runRelay measures the burn-down of n pending events by Herald's relay in both
+// modes, against the physical reference (a claim+delete SQL loop that publishes
+// nothing) and Watermill's forwarder (watermill-sql v4 + components/forwarder),
+// in its default and its fastest configuration, to the same publisher.
+func runRelay(fs *flag.FlagSet, args []string) error {
+	n := fs.Int("events", 100000, "pending events to burn down")
+	pubs := fs.String("publishers", "gochannel,nats", "publishers: gochannel, nats")
+	only := fs.String("only", "", "run only the scenarios whose name contains this")
+	batch := fs.Int("batch", 0, "relay BatchSize (0: the default)")
+	conc := fs.Int("concurrency", 0, "relay PublishConcurrency (0: the default)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	admin, err := sql.Open("pgx", pgtest.DSN())
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	type scenario struct {
+		name string
+		run  func(dsn string, pub message.Publisher, done <-chan struct{}) error
+	}
+	herald := func(ordered bool) func(string, message.Publisher, <-chan struct{}) error {
+		return func(dsn string, pub message.Publisher, done <-chan struct{}) error {
+			db, err := openGorm(dsn)
+			if err != nil {
+				return err
+			}
+			defer closeGorm(db)
+			if err := loadOutbox(db, *n); err != nil {
+				return err
+			}
+			r, err := relay.New(db, pub, relay.Config{Ordered: ordered, BatchSize: *batch, PublishConcurrency: *conc, Logger: discardLogger()})
+			if err != nil {
+				return err
+			}
+			return runUntil(r.Run, done)
+		}
+	}
+	scenarios := []scenario{
+		{"SQL reference (claim+delete+read, no publish)", func(dsn string, _ message.Publisher, _ <-chan struct{}) error {
+			db, err := openGorm(dsn)
+			if err != nil {
+				return err
+			}
+			defer closeGorm(db)
+			if err := loadOutbox(db, *n); err != nil {
+				return err
+			}
+			sqlDB, _ := db.DB()
+			start := time.Now()
+			for deleted := 0; deleted < *n; {
+				rows, err := sqlDB.Query(`DELETE FROM outbox_messages WHERE id IN (
+					SELECT id FROM outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= now()
+					ORDER BY available_at, id LIMIT 1000 FOR UPDATE SKIP LOCKED)
+					RETURNING id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts`)
+				if err != nil {
+					return err
+				}
+				for rows.Next() { // read what a relay must read
+					var (
+						id, typ, aggType, aggID, topic string
+						version, attempts              int
+						payload, md                    []byte
+						occurred                       time.Time
+					)
+					if err := rows.Scan(&id, &typ, &version, &aggType, &aggID, &topic, &payload, &md, &occurred, &attempts); err != nil {
+						return err
+					}
+					deleted++
+				}
+				if err := rows.Err(); err != nil {
+					return err
+				}
+			}
+			referenceTook = time.Since(start)
+			return nil
+		}},
+		{"Herald relay, unordered", herald(false)},
+		{"Herald relay, ordered (1 relay)", herald(true)},
+		{"Watermill forwarder, default config", forwarderScenario(*n, false)},
+		{"Watermill forwarder, fastest (queue schema, DeleteOnAck, batch 1000)", forwarderScenario(*n, true)},
+	}
+	fmt.Printf("Burn-down of %d pending events, events/s (one run each)\n\n", *n)
+	for _, pk := range strings.Split(*pubs, ",") {
+		fmt.Printf("publisher: %s\n\n| scenario | events/s | time |\n|---|---:|---:|\n", pk)
+		results := map[string]float64{}
+		for _, s := range scenarios {
+			if *only != "" && !strings.Contains(s.name, *only) {
+				continue
+			}
+			dsn, drop, err := scratchSchema(admin)
+			if err != nil {
+				return err
+			}
+			topic := brokertest.Topic("bench")
+			pub, closePub, err := target(pk, topic)
+			if err != nil {
+				drop()
+				return err
+			}
+			cp := &countingPublisher{Publisher: pub, want: int64(*n), done: make(chan struct{})}
+			benchTopic = topic
+			referenceTook = 0
+			start := time.Now()
+			err = s.run(dsn, cp, cp.done)
+			took := time.Since(start)
+			if referenceTook > 0 {
+				took = referenceTook
+			} else {
+				took = publishTook
+			}
+			closePub()
+			drop()
+			if err != nil {
+				return fmt.Errorf("%s: %w", s.name, err)
+			}
+			rate := float64(*n) / took.Seconds()
+			results[s.name] = rate
+			fmt.Printf("| %s | %.0f | %.2f s |\n", s.name, rate, took.Seconds())
+			fmt.Fprintf(os.Stderr, "%s / %s: %.0f events/s\n", pk, s.name, rate)
+		}
+		ref, un, ord := results[scenarios[0].name], results[scenarios[1].name], results[scenarios[2].name]
+		fast := results[scenarios[4].name]
+		if ref > 0 && un > 0 && fast > 0 && ord > 0 {
+			fmt.Printf("\nunordered: %.0f%% of the SQL reference (goal >= 75%%), %.2fx the forwarder's fastest (goal >= 1.5x); ordered: %.0f%% of unordered (goal >= 50%%)\n\n",
+				100*un/ref, un/fast, 100*ord/un)
+		} else {
+			fmt.Println()
+		}
+	}
+	return nil
+}
+
+var (
+	benchTopic    string
+	referenceTook time.Duration
+	publishTook   time.Duration
+)
+
+// runUntil runs run until done is closed (all events published), records the
+// time that took, and stops it.
+func runUntil(run func(context.Context) error, done <-chan struct{}) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	start := time.Now()
+	go func() { errc <- run(ctx) }()
+	select {
+	case <-done:
+		publishTook = time.Since(start)
+	case err := <-errc:
+		cancel()
+		if err == nil {
+			err = errors.New("stopped before publishing everything")
+		}
+		return err
+	case <-time.After(10 * time.Minute):
+		cancel()
+		return errors.New("not done in 10 minutes")
+	}
+	cancel()
+	return <-errc
+}
+
+// loadOutbox inserts n pending events over 1000 aggregates (the outbox table is
+// created by the hook's schema), then analyzes the table.
+func loadOutbox(db *gorm.DB, n int) error {
+	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+		return err
+	}
+	q := `INSERT INTO outbox_messages (id, type, aggregate_type, aggregate_id, topic, payload, occurred_at)
+SELECT gen_random_uuid(), 'bench.event', 'Bench', 'agg-' || (i % 1000), ?, jsonb_build_object('i', i, 'pad', repeat('x', 100)), now()
+FROM generate_series(1, ?) AS i`
+	if err := db.Exec(q, benchTopic, n).Error; err != nil {
+		return err
+	}
+	return db.Exec(`ANALYZE outbox_messages`).Error
+}
+
+func forwarderScenario(n int, fastest bool) func(string, message.Publisher, <-chan struct{}) error {
+	return func(dsn string, pub message.Publisher, done <-chan struct{}) error {
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		var (
+			schema  wmsql.SchemaAdapter
+			offsets wmsql.OffsetsAdapter
+		)
+		if fastest {
+			schema = wmsql.PostgreSQLQueueSchema{SubscribeBatchSize: 1000}
+			offsets = wmsql.PostgreSQLQueueOffsetsAdapter{DeleteOnAck: true}
+		} else {
+			schema = wmsql.DefaultPostgreSQLSchema{}
+			offsets = wmsql.DefaultPostgreSQLOffsetsAdapter{}
+		}
+		sqlPub, err := wmsql.NewPublisher(wmsql.BeginnerFromStdSQL(db), wmsql.PublisherConfig{SchemaAdapter: schema, AutoInitializeSchema: true}, watermill.NopLogger{})
+		if err != nil {
+			return err
+		}
+		// Load: the forwarder's publisher wraps each message in an envelope and
+		// stores it in the SQL table, as a service would inside its transaction.
+		fwdPub := forwarder.NewPublisher(sqlPub, forwarder.PublisherConfig{ForwarderTopic: "forwarder"})
+		for i := 0; i < n; i += 1000 {
+			msgs := make([]*message.Message, 0, 1000)
+			for j := i; j < min(i+1000, n); j++ {
+				msgs = append(msgs, message.NewMessage(watermill.NewUUID(), []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, j, strings.Repeat("x", 100)))))
+			}
+			if err := fwdPub.Publish(benchTopic, msgs...); err != nil {
+				return err
+			}
+		}
+		sub, err := wmsql.NewSubscriber(wmsql.BeginnerFromStdSQL(db), wmsql.SubscriberConfig{
+			SchemaAdapter: schema, OffsetsAdapter: offsets, InitializeSchema: true,
+		}, watermill.NopLogger{})
+		if err != nil {
+			return err
+		}
+		fwd, err := forwarder.NewForwarder(sub, pub, watermill.NopLogger{}, forwarder.Config{ForwarderTopic: "forwarder"})
+		if err != nil {
+			return err
+		}
+		return runUntil(func(ctx context.Context) error {
+			err := fwd.Run(ctx)
+			_ = fwd.Close()
+			return err
+		}, done)
+	}
+}
+
+func openGorm(dsn string) (*gorm.DB, error) {
+	return gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+}
+
+func closeGorm(db *gorm.DB) {
+	if s, err := db.DB(); err == nil {
+		_ = s.Close()
+	}
+}
