@@ -26,17 +26,24 @@ const partitionExpr = `mod(abs(hashtext(CASE WHEN o.aggregate_id = '' THEN o.id:
 
 const pending = `processed_at IS NULL AND dead_at IS NULL`
 
+// asyncCommit, joined into the first statement of the relay's transactions,
+// turns synchronous_commit off for them: their COMMIT does not wait for the WAL
+// flush. Only marks are committed so (published or failed); if PostgreSQL
+// crashes before the flush, the marks are lost and the events published again,
+// which at-least-once delivery allows. It saves the relay a disk flush per batch.
+const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS herald_async`
+
 func newQueries(table string) queries {
 	t := quoteTable(table)
 	name := baseName(table)
 	cols := `o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts`
-	r := strings.NewReplacer("{t}", t, "{name}", name, "{cols}", cols, "{pending}", pending, "{part}", partitionExpr)
+	r := strings.NewReplacer("{async}", asyncCommit, "{t}", t, "{name}", name, "{cols}", cols, "{pending}", pending, "{part}", partitionExpr)
 	return queries{
 		// The pending index (available_at, id) serves this scan in order; locked
 		// rows are skipped, so instances share the work.
-		claimUnordered: r.Replace(`SELECT {cols} FROM {t} o
+		claimUnordered: r.Replace(`SELECT {cols} FROM {t} o, {async}
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
-ORDER BY o.available_at, o.id LIMIT $1 FOR UPDATE SKIP LOCKED`),
+ORDER BY o.available_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED`),
 		// Only this instance reads its partitions, so no row locks. An event is due
 		// unless an earlier event of its aggregate waits for a retry.
 		claimOrdered: r.Replace(`SELECT {cols} FROM {t} o

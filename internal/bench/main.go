@@ -3,6 +3,7 @@
 //
 //	go run ./internal/bench write [-writers 8] [-duration 4s] [-rounds 7]
 //	go run ./internal/bench relay [-events 100000] [-publishers gochannel,nats]
+//	go run ./internal/bench latency [-rate 1000] [-duration 10s]
 package main
 
 import (
@@ -22,6 +23,10 @@ func main() {
 		err = runWrite(fs, os.Args[2:])
 	case "relay":
 		err = runRelay(fs, os.Args[2:])
+	case "latency":
+		err = runLatency(fs, os.Args[2:])
+	case "latency-child":
+		err = runLatencyChild()
 	default:
 		usage()
 	}
@@ -32,6 +37,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay [flags]")
+	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency [flags]")
 	os.Exit(2)
 }

@@ -318,8 +318,20 @@ func forwarderScenario(n int, fastest bool) func(string, message.Publisher, <-ch
 	}
 }
 
+// openGorm opens GORM with a pool that keeps its connections: database/sql
+// keeps only 2 idle by default, and reconnecting per statement would dominate
+// every figure.
 func openGorm(dsn string) (*gorm.DB, error) {
-	return gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, err
+	}
+	s, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	s.SetMaxIdleConns(64)
+	return db, nil
 }
 
 func closeGorm(db *gorm.DB) {

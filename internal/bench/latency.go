@@ -1,0 +1,243 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// timingPublisher records when each message's Publish returned.
+type timingPublisher struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+func newTimingPublisher() *timingPublisher { return &timingPublisher{at: map[string]time.Time{}} }
+
+func (p *timingPublisher) Publish(_ string, msgs ...*message.Message) error {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, m := range msgs {
+		if _, ok := p.at[m.UUID]; !ok {
+			p.at[m.UUID] = now
+		}
+	}
+	return nil
+}
+
+func (p *timingPublisher) Close() error { return nil }
+
+type latOrder struct {
+	ID uuid.UUID `gorm:"type:uuid;primaryKey"`
+	aggregate.Root
+}
+
+func (latOrder) TableName() string { return "orders" }
+
+// runLatency measures commit->publish latency at a steady rate, with the relay
+// in the writer's process (woken by Wake) and in another process (woken by
+// LISTEN/NOTIFY through a Notifier), the poll fallback left at 1s.
+func runLatency(fs *flag.FlagSet, args []string) error {
+	rate := fs.Int("rate", 1000, "events per second, all writers together")
+	dur := fs.Duration("duration", 10*time.Second, "how long to write")
+	writers := fs.Int("writers", 8, "writer goroutines")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	admin, err := sql.Open("pgx", pgtest.DSN())
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	fmt.Printf("Commit->publish latency at %d events/s for %s, %d writers, PollInterval 1s\n\n", *rate, *dur, *writers)
+	fmt.Println("| relay | events | p50 | p90 | p99 | max |")
+	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	for _, where := range []string{"in the writer's process", "in another process"} {
+		dsn, drop, err := scratchSchema(admin)
+		if err != nil {
+			return err
+		}
+		lats, err := latencyRun(dsn, where == "in another process", *rate, *dur, *writers)
+		drop()
+		if err != nil {
+			return fmt.Errorf("%s: %w", where, err)
+		}
+		slices.Sort(lats)
+		fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", where, len(lats), ms(pct(lats, .5)), ms(pct(lats, .9)), ms(pct(lats, .99)), ms(lats[len(lats)-1]))
+	}
+	return nil
+}
+
+func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writers int) ([]time.Duration, error) {
+	db, err := openGorm(dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer closeGorm(db)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		notify   func()
+		pub      = newTimingPublisher()
+		relayWG  sync.WaitGroup
+		child    *exec.Cmd
+		childOut *bufio.Scanner
+	)
+	channel := pgtest.Name("herald_lat_")
+	if otherProcess {
+		n, err := relay.NewNotifier(db, relay.NotifierConfig{Channel: channel})
+		if err != nil {
+			return nil, err
+		}
+		relayWG.Add(1)
+		go func() { defer relayWG.Done(); _ = n.Run(ctx) }()
+		notify = n.Notify
+	}
+	if err := db.Use(outboxhook.New(outboxhook.Config{Notify: func() { notify() }})); err != nil {
+		return nil, err
+	}
+	if err := db.AutoMigrate(&latOrder{}); err != nil {
+		return nil, err
+	}
+	if otherProcess {
+		child = exec.Command(os.Args[0], "latency-child")
+		child.Env = append(os.Environ(), "HERALD_BENCH_DSN="+dsn, "HERALD_BENCH_CHANNEL="+channel)
+		child.Stderr = os.Stderr
+		out, err := child.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := child.Start(); err != nil {
+			return nil, err
+		}
+		childOut = bufio.NewScanner(out)
+		if !childOut.Scan() || childOut.Text() != "ready" {
+			return nil, fmt.Errorf("relay process did not start")
+		}
+	} else {
+		r, err := relay.New(db, pub, relay.Config{PollInterval: time.Second, Channel: channel, Logger: discardLogger()})
+		if err != nil {
+			return nil, err
+		}
+		notify = r.Wake
+		relayWG.Add(1)
+		go func() { defer relayWG.Done(); _ = r.Run(ctx) }()
+	}
+	time.Sleep(500 * time.Millisecond) // relay started, LISTEN in place
+
+	// Writers: each saves at rate/writers per second; the commit time is taken
+	// when Create returns.
+	var (
+		mu        sync.Mutex
+		committed = map[string]time.Time{}
+		createLat []time.Duration
+		wg        sync.WaitGroup
+		werr      error
+	)
+	interval := time.Duration(float64(time.Second) * float64(writers) / float64(rate))
+	deadline := time.Now().Add(dur)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			time.Sleep(interval * time.Duration(w) / time.Duration(writers)) // spread the writers' phases
+			t := time.NewTicker(interval)
+			defer t.Stop()
+			for time.Now().Before(deadline) {
+				<-t.C
+				o := &latOrder{ID: uuid.New()}
+				o.Record(orderPlaced{OrderID: o.ID, Amount: 1})
+				id := o.Pending()[0].ID.String()
+				t0 := time.Now()
+				if err := db.Create(o).Error; err != nil {
+					mu.Lock()
+					werr = err
+					mu.Unlock()
+					return
+				}
+				now := time.Now()
+				mu.Lock()
+				createLat = append(createLat, now.Sub(t0))
+				committed[id] = now
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if werr != nil {
+		return nil, werr
+	}
+	slices.Sort(createLat)
+	fmt.Fprintf(os.Stderr, "writes: %d, Create p50 %s p99 %s\n", len(createLat), ms(pct(createLat, .5)), ms(pct(createLat, .99)))
+	time.Sleep(2 * time.Second) // let the relay finish
+	published := pub.at
+	if otherProcess {
+		_ = child.Process.Signal(syscall.SIGTERM)
+		published = map[string]time.Time{}
+		for childOut.Scan() {
+			id, ns, ok := strings.Cut(childOut.Text(), " ")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.ParseInt(ns, 10, 64)
+			published[id] = time.Unix(0, n)
+		}
+		_ = child.Wait()
+	}
+	cancel()
+	relayWG.Wait()
+	var lats []time.Duration
+	for id, c := range committed {
+		p, ok := published[id]
+		if !ok {
+			return nil, fmt.Errorf("event %s never published", id)
+		}
+		lats = append(lats, max(p.Sub(c), 0))
+	}
+	return lats, nil
+}
+
+// runLatencyChild is the relay process of the latency bench: it relays to a
+// timing publisher until SIGTERM, then prints "id unixnano" per message.
+func runLatencyChild() error {
+	db, err := openGorm(os.Getenv("HERALD_BENCH_DSN"))
+	if err != nil {
+		return err
+	}
+	pub := newTimingPublisher()
+	r, err := relay.New(db, pub, relay.Config{PollInterval: time.Second, Channel: os.Getenv("HERALD_BENCH_CHANNEL"), Logger: discardLogger()})
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	fmt.Println("ready")
+	_ = r.Run(ctx)
+	w := bufio.NewWriter(os.Stdout)
+	pub.mu.Lock()
+	for id, at := range pub.at {
+		fmt.Fprintf(w, "%s %d\n", id, at.UnixNano())
+	}
+	pub.mu.Unlock()
+	return w.Flush()
+}
