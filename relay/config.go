@@ -39,7 +39,7 @@ type Config struct {
 	// MinBackoff and MaxBackoff bound the wait before retrying a failed event: the
 	// n-th failure waits MinBackoff·2^(n-1), capped at MaxBackoff, with jitter
 	// (between half and all of it). Defaults to 1s and 5m: with 12 attempts the
-	// retry horizon (RetryHorizon) is about 16 minutes.
+	// retry horizon (RetryHorizon) is 18.5 minutes.
 	MinBackoff, MaxBackoff time.Duration
 	// Retention keeps published events for this long (processed_at set) before a
 	// cleaner deletes them. Defaults to 0: an event is deleted as soon as the broker
