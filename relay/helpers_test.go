@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -92,8 +93,10 @@ func (e *env) pending() int64 {
 	return n
 }
 
-// run starts a relay and stops it when the test ends.
-func (e *env) run(r *relay.Relay) (stop func()) {
+// run starts a relay and stops it when the test ends (or at stop). returned
+// tells whether Run returned before it was cancelled, which it never should.
+func (e *env) run(r *relay.Relay) (returned *atomic.Bool, stop func()) {
+	returned = &atomic.Bool{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -101,6 +104,7 @@ func (e *env) run(r *relay.Relay) (stop func()) {
 		if err := r.Run(ctx); err != nil {
 			e.t.Errorf("Run returned %v", err)
 		}
+		returned.Store(ctx.Err() == nil)
 	}()
 	var once sync.Once
 	stop = func() {
@@ -114,7 +118,7 @@ func (e *env) run(r *relay.Relay) (stop func()) {
 		})
 	}
 	e.t.Cleanup(stop)
-	return stop
+	return returned, stop
 }
 
 func quietLogger() *slog.Logger {

@@ -220,13 +220,6 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	if err != nil {
 		return len(rows), fmt.Errorf("begin marks: %w", err)
 	}
-	defer tx.Rollback() //nolint:errcheck
-	if err := r.mark(bctx, tx, out); err != nil {
-		return len(rows), err
-	}
-	if err := tx.Commit(); err != nil {
-		return len(rows), fmt.Errorf("commit marks: %w", err)
-	}
-	r.m.record(out)
-	return len(rows), nil
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	return len(rows), r.commitMarks(bctx, tx, out)
 }

@@ -2,7 +2,6 @@ package relay_test
 
 import (
 	"context"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,29 +13,6 @@ import (
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
 )
-
-// aliveRun starts r and reports through the returned flag whether Run returned
-// before the test cancelled it.
-func (e *env) aliveRun(r *relay.Relay) (returned *atomic.Bool, stop func()) {
-	returned = &atomic.Bool{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = r.Run(ctx)
-		returned.Store(true)
-	}()
-	stop = func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			e.t.Error("Run did not return within 30s of cancel")
-		}
-	}
-	e.t.Cleanup(stop)
-	return returned, stop
-}
 
 // PostgreSQL unreachable when the relay starts, and again mid-run: Run keeps
 // trying, never returns early, and relays everything once it is back.
@@ -51,7 +27,7 @@ func TestDatabaseDownAtStartAndMidRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	returned, _ := e.aliveRun(r)
+	returned, _ := e.run(r)
 	e.write(10, 2)
 	time.Sleep(500 * time.Millisecond)
 	if got.distinct() != 0 || returned.Load() {
@@ -86,7 +62,7 @@ func TestTerminateRelayBackends(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			returned, _ := e.aliveRun(r)
+			returned, _ := e.run(r)
 			ids := map[string]bool{}
 			terminated := 0
 			for range 8 {
@@ -125,7 +101,7 @@ func TestBrokerOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	returned, _ := e.aliveRun(r)
+	returned, _ := e.run(r)
 	ids := idSet(e.write(10, 2))
 	eventually(t, 20*time.Second, "first events published", func() bool { return e.pending() == 0 })
 	srv.Stop()

@@ -245,15 +245,19 @@ func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
 	if len(rows) == 0 {
 		return 0, tx.Commit()
 	}
-	out := r.publishUnordered(startBy, rows)
-	if err := r.mark(bctx, tx, out); err != nil {
-		return len(rows), err
+	return len(rows), r.commitMarks(bctx, tx, r.publishUnordered(startBy, rows))
+}
+
+// commitMarks writes the outcome's marks in tx and commits it.
+func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome) error {
+	if err := r.mark(ctx, tx, out); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return len(rows), fmt.Errorf("commit marks: %w", err)
+		return fmt.Errorf("commit marks: %w", err)
 	}
 	r.m.record(out)
-	return len(rows), nil
+	return nil
 }
 
 // outcome is the result of publishing a batch.

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"fmt"
 	"log/slog"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -97,3 +99,20 @@ func scratchSchema(admin *sql.DB) (string, func(), error) {
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// startProfile starts a CPU profile into path (nothing when path is empty) and
+// returns the function that stops it.
+func startProfile(path string) (func(), error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}

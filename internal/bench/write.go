@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -183,17 +182,11 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
-	if *cpuprofile != "" {
-		f, err := os.Create(*cpuprofile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startProfile(*cpuprofile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	// Scenarios alternate within each round, in a new random order each time, so
 	// that drift (table growth, checkpoints, autovacuum) hits all of them alike.
 	res := make([][]result, len(scenarios))
