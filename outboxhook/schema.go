@@ -14,8 +14,8 @@ import (
 //
 // Columns: id is the event's UUIDv7; seq is the insertion order (per aggregate it
 // is commit order, since an aggregate's write locks its row); available_at is when
-// the relay may next try the row; attempts, last_error, processed_at and dead_at
-// are the relay's bookkeeping. The partial index keeps the relay off processed and
+// the relay may next try the row; attempts, last_error, first_failed_at,
+// processed_at and dead_at are the relay's bookkeeping. The partial index keeps the relay off processed and
 // dead rows.
 func SchemaSQL(table string) (string, error) {
 	schema, name, err := splitTable(table)
@@ -45,6 +45,7 @@ const schemaTemplate = `CREATE TABLE IF NOT EXISTS {{table}} (
     available_at   timestamptz NOT NULL DEFAULT now(),
     attempts       int         NOT NULL DEFAULT 0,
     last_error     text,
+    first_failed_at timestamptz,
     processed_at   timestamptz,
     dead_at        timestamptz
 );

@@ -10,7 +10,11 @@
 // failed publish (an error, a panic, or no return within PublishTimeout) counts
 // an attempt and schedules a retry after a capped exponential backoff with
 // jitter; after MaxAttempts the event is dead: kept, with the reason, until
-// Requeue or RequeueAll. Retry state lives in the row, never in memory, so a
+// Requeue or RequeueAll. An event only dies if the publisher published
+// something since the event first failed; otherwise, as in a broker outage, its
+// failures may all be the broker's and the last attempt is retried instead, so
+// an outage of any length kills no event. When a publish succeeds
+// after a run of failed batches, every waiting retry becomes due at once. Retry state lives in the row, never in memory, so a
 // relay that crashes loses nothing: the events are claimed again.
 //
 // # Modes

@@ -178,31 +178,51 @@ func TestUndecodableRows(t *testing.T) {
 	}
 }
 
-func TestRequeueAll(t *testing.T) {
+// A publisher that fails every event is down: the events wait, none dies. One
+// that fails some events while publishing others kills those after MaxAttempts;
+// RequeueAll brings them back.
+func TestOutageKillsNothingAndRequeueAll(t *testing.T) {
 	e := newEnv(t)
-	e.write(2, 2)
+	e.write(2, 2) // Seq 0, 1
 	gc := newGoChannel()
 	got := consume(t, gc, "account.deposited")
-	fail := atomic.Bool{}
-	fail.Store(true)
+	var mode atomic.Int32 // 0: down; 1: fails Seq 1 only; 2: fine
 	pub := publisherFunc(func(topic string, msgs ...*message.Message) error {
-		if fail.Load() {
-			return errors.New("down")
+		switch mode.Load() {
+		case 0:
+			return errors.New("connection refused")
+		case 1:
+			for _, m := range msgs {
+				var d Deposited
+				if json.Unmarshal(m.Payload, &d) == nil && d.Seq == 1 {
+					return errors.New("rejected")
+				}
+			}
 		}
 		return gc.Publish(topic, msgs...)
 	})
-	r, err := relay.New(e.db, pub, relay.Config{PollInterval: 20 * time.Millisecond, MaxAttempts: 1, Logger: quietLogger()})
+	r, err := relay.New(e.db, pub, relay.Config{PollInterval: 20 * time.Millisecond, MaxAttempts: 2,
+		MinBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.run(r)
-	eventually(t, 10*time.Second, "4 dead", func() bool { s, _ := r.Stats(context.Background()); return s.Dead == 4 })
-	fail.Store(false)
+	returned, _ := e.run(r)
+	eventually(t, 10*time.Second, "failed publishes", func() bool { s, _ := r.Stats(context.Background()); return s.Failed >= 6 })
+	if s, _ := r.Stats(context.Background()); s.Dead != 0 || s.Pending != 4 {
+		t.Fatalf("during the outage: %+v", s)
+	}
+	mode.Store(1)
+	eventually(t, 10*time.Second, "2 dead", func() bool { s, _ := r.Stats(context.Background()); return s.Dead == 2 })
+	eventually(t, 10*time.Second, "2 events", func() bool { return got.distinct() == 2 })
+	mode.Store(2)
 	n, err := r.RequeueAll(context.Background())
-	if err != nil || n != 4 {
+	if err != nil || n != 2 {
 		t.Fatalf("requeued %d, %v", n, err)
 	}
 	eventually(t, 10*time.Second, "4 events", func() bool { return got.distinct() == 4 })
+	if returned.Load() {
+		t.Fatal("Run returned")
+	}
 }
 
 type publisherFunc func(topic string, msgs ...*message.Message) error

@@ -26,6 +26,10 @@ type Relay struct {
 	leases *leases // ordered mode only
 	m      metrics
 	hooks  testHooks
+
+	lastSuccess atomic.Int64 // unix nanos of the last batch that published something
+	failStreak  atomic.Int64 // batches in a row that published nothing and failed
+	failLog     *limiter
 }
 
 // testHooks lets this package's tests put faults at exact points.
@@ -56,6 +60,8 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		log:  cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
 		wake: make(chan struct{}, 1),
 		m:    newMetrics(cfg.Table),
+
+		failLog: newLimiter(30 * time.Second),
 	}
 	if cfg.Ordered {
 		r.leases = newLeases(r)
@@ -248,7 +254,9 @@ func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
 	return len(rows), r.commitMarks(bctx, tx, r.publishUnordered(startBy, rows))
 }
 
-// commitMarks writes the outcome's marks in tx and commits it.
+// commitMarks writes the outcome's marks in tx and commits it. After a streak
+// of batches that published nothing, the first that publishes makes every
+// waiting retry due at once: the publisher is back.
 func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome) error {
 	if err := r.mark(ctx, tx, out); err != nil {
 		return err
@@ -257,7 +265,33 @@ func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome) error
 		return fmt.Errorf("commit marks: %w", err)
 	}
 	r.m.record(out)
+	if len(out.ok) > 0 {
+		r.lastSuccess.Store(time.Now().UnixNano())
+		if r.failStreak.Swap(0) > 0 {
+			if _, err := r.db.ExecContext(ctx, r.q.retryNow); err != nil {
+				r.log.Warn("publisher back; could not make waiting retries due", "err", err)
+			} else {
+				r.log.Info("publisher back; waiting retries are due now")
+			}
+		}
+	} else if len(out.failed) > 0 {
+		r.failStreak.Add(1)
+	}
 	return nil
+}
+
+// lastPublished is when the publisher last published something: now, if this
+// batch did. An event's last failure is only fatal when the publisher published
+// something since the event first failed (see markFailed): during an outage the
+// failures are the broker's, and no event dies of them.
+func (r *Relay) lastPublished(out *outcome) time.Time {
+	if len(out.ok) > 0 {
+		return time.Now()
+	}
+	if last := r.lastSuccess.Load(); last != 0 {
+		return time.Unix(0, last)
+	}
+	return time.Time{} // never: -infinity for the comparison
 }
 
 // outcome is the result of publishing a batch.
@@ -297,8 +331,12 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 		}
 	}
 	if len(out.failed) > 0 {
+		if r.failLog.allow() {
+			r.log.Warn("publish failed; will retry", "events", len(out.failed), "err", out.errs[0], "suppressed", r.failLog.suppressed())
+		}
 		rows, err := tx.QueryContext(ctx, r.q.markFailed, out.failed, out.errs,
-			float64(r.cfg.MinBackoff.Milliseconds()), float64(r.cfg.MaxBackoff.Milliseconds()), r.cfg.MaxAttempts, out.poison)
+			float64(r.cfg.MinBackoff.Milliseconds()), float64(r.cfg.MaxBackoff.Milliseconds()), r.cfg.MaxAttempts, out.poison,
+			r.lastPublished(out))
 		if err != nil {
 			return fmt.Errorf("mark failed: %w", err)
 		}

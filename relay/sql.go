@@ -11,7 +11,8 @@ type queries struct {
 	claimOrdered   string // $1 limit, $2 partitions, $3 owned partitions
 	markDelete     string // $1 ids
 	markProcessed  string // $1 ids
-	markFailed     string // $1 ids, $2 errors, $3 min ms, $4 max ms, $5 max attempts, $6 poison
+	markFailed     string // $1 ids, $2 errors, $3 min ms, $4 max ms, $5 max attempts, $6 poison, $7 last publish
+	retryNow       string
 	stats          string
 	dead           string // $1 limit
 	requeue        string // $1 id
@@ -56,22 +57,32 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
 ORDER BY o.seq LIMIT $1`),
 		markDelete:    r.Replace(`DELETE FROM {t} WHERE id = ANY($1::uuid[])`),
 		markProcessed: r.Replace(`UPDATE {t} SET processed_at = now(), last_error = NULL WHERE id = ANY($1::uuid[])`),
+		// An event's last attempt only kills it when the publisher published
+		// something ($7) since the event first failed; otherwise it stays at its
+		// last attempt and is retried: its failures may all be the broker's.
 		markFailed: r.Replace(`UPDATE {t} AS o SET
-  attempts = o.attempts + 1,
+  attempts = CASE WHEN f.poison OR NOT f.last OR f.works THEN o.attempts + 1 ELSE o.attempts END,
   last_error = f.err,
+  first_failed_at = coalesce(o.first_failed_at, now()),
   available_at = now() + least($3::float8 * power(2, least(o.attempts, 40)), $4::float8) * (0.5 + random() / 2) * interval '1 millisecond',
-  dead_at = CASE WHEN o.attempts + 1 >= $5 OR f.poison THEN now() END
-FROM unnest($1::uuid[], $2::text[], $6::bool[]) AS f(id, err, poison)
+  dead_at = CASE WHEN f.poison OR (f.last AND f.works) THEN now() END
+FROM (SELECT u.id, u.err, u.poison, o2.attempts + 1 >= $5 AS last,
+        $7::timestamptz >= coalesce(o2.first_failed_at, now()) AS works
+      FROM unnest($1::uuid[], $2::text[], $6::bool[]) AS u(id, err, poison)
+      JOIN {t} o2 ON o2.id = u.id) AS f
 WHERE o.id = f.id
 RETURNING o.dead_at IS NOT NULL`),
+		retryNow: r.Replace(`UPDATE {t} SET available_at = now()
+WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 AND available_at > now()`),
 		stats: r.Replace(`SELECT
   (SELECT count(*) FROM {t} WHERE {pending}),
   (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
   (SELECT extract(epoch FROM now() - min(created_at)) FROM {t} WHERE {pending})`),
 		dead: r.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT $1`),
-		requeue: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, available_at = now()
+		requeue: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, first_failed_at = NULL, available_at = now()
 WHERE id = $1 AND dead_at IS NOT NULL`),
-		requeueAll: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, available_at = now() WHERE dead_at IS NOT NULL`),
+		requeueAll: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, first_failed_at = NULL, available_at = now()
+WHERE dead_at IS NOT NULL`),
 		cleanup: r.Replace(`DELETE FROM {t} WHERE id IN (
   SELECT id FROM {t} WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`),
 		schema: schemaStatements(table),

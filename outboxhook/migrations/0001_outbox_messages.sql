@@ -15,6 +15,7 @@ CREATE TABLE IF NOT EXISTS outbox_messages (
     available_at   timestamptz NOT NULL DEFAULT now(),
     attempts       int         NOT NULL DEFAULT 0,
     last_error     text,
+    first_failed_at timestamptz,
     processed_at   timestamptz,
     dead_at        timestamptz
 );
