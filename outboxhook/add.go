@@ -1,7 +1,12 @@
 package outboxhook
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"gorm.io/gorm"
 
@@ -49,4 +54,87 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 		p.cfg.Notify()
 	}
 	return nil
+}
+
+// DefaultMessageType is the event type AddMessages stores for a message that
+// carries none in its events.MetaType metadata.
+const DefaultMessageType = "message"
+
+// AddMessages writes Watermill messages to the outbox through tx, for the relay
+// to publish to topic: the inbox uses it for the messages a handler returns, so
+// that they are published only if the handler's transaction commits. A message
+// keeps its UUID as the event id when it is a UUID (a new UUIDv7 otherwise), its
+// Herald metadata (type, aggregate, occurred_at; type DefaultMessageType when
+// absent) and its other metadata. Its payload must be JSON. Errors are those of
+// Add.
+func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
+	p, ok := tx.Config.Plugins[Name].(*Plugin)
+	if !ok {
+		return ErrNotRegistered
+	}
+	if len(msgs) == 0 || tx.DryRun {
+		return nil
+	}
+	var b batch
+	for _, m := range msgs {
+		env, err := envelopeOf(m, topic)
+		if err != nil {
+			p.abort(tx)
+			return err
+		}
+		enc := encodedEvent{payload: env.Payload, version: env.Version, typ: env.Type, metadata: []byte("{}")}
+		if !json.Valid(env.Payload) {
+			p.abort(tx)
+			return fmt.Errorf("%w: message %s: payload is not JSON", ErrEncode, m.UUID)
+		}
+		if len(env.Payload) > p.cfg.MaxPayloadBytes {
+			p.abort(tx)
+			return fmt.Errorf("%w: message %s is %d bytes, limit %d", ErrPayloadTooLarge, m.UUID, len(env.Payload), p.cfg.MaxPayloadBytes)
+		}
+		if len(env.Metadata) > 0 {
+			if enc.metadata, err = json.Marshal(env.Metadata); err != nil {
+				p.abort(tx)
+				return fmt.Errorf("%w: message %s metadata: %w", ErrEncode, m.UUID, err)
+			}
+		}
+		b.add(env, enc)
+	}
+	if _, err := p.insertBatch(tx.Statement.Context, tx.Statement.ConnPool, &b, false); err != nil {
+		return fmt.Errorf("outboxhook: add messages: %w", err)
+	}
+	if p.cfg.Notify != nil {
+		p.cfg.Notify()
+	}
+	return nil
+}
+
+// envelopeOf reads the envelope a message stands for, filling what it lacks.
+func envelopeOf(m *message.Message, topic string) (events.Envelope, error) {
+	env := events.Envelope{Type: DefaultMessageType, Version: 1, OccurredAt: time.Now().UTC()}
+	if m.Metadata.Get(events.MetaType) != "" {
+		e, err := events.FromMessage(m)
+		if err != nil {
+			return events.Envelope{}, fmt.Errorf("outboxhook: %w", err)
+		}
+		env = e
+		if env.OccurredAt.IsZero() {
+			env.OccurredAt = time.Now().UTC()
+		}
+	} else {
+		for k, v := range m.Metadata {
+			if !strings.HasPrefix(k, events.MetaPrefix) {
+				if env.Metadata == nil {
+					env.Metadata = events.Metadata{}
+				}
+				env.Metadata[k] = v
+			}
+		}
+	}
+	if id, err := events.MessageID(m); err == nil {
+		env.ID = id
+	} else {
+		env.ID = events.NewID()
+	}
+	env.Topic, env.Payload = topic, m.Payload
+	return env, nil
 }

@@ -4,6 +4,7 @@
 //	go run ./internal/bench write [-writers 8] [-duration 4s] [-rounds 7]
 //	go run ./internal/bench relay [-events 100000] [-publishers gochannel,nats]
 //	go run ./internal/bench latency [-rate 1000] [-duration 10s]
+//	go run ./internal/bench inbox [-workers 8] [-duration 4s] [-rounds 3]
 package main
 
 import (
@@ -23,6 +24,8 @@ func main() {
 		err = runWrite(fs, os.Args[2:])
 	case "relay":
 		err = runRelay(fs, os.Args[2:])
+	case "inbox":
+		err = runInbox(fs, os.Args[2:])
 	case "latency":
 		err = runLatency(fs, os.Args[2:])
 	case "latency-child":
@@ -37,6 +40,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency [flags]")
+	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency|inbox [flags]")
 	os.Exit(2)
 }

@@ -1,0 +1,38 @@
+// Package inbox gives Watermill handlers exactly-once effects over at-least-once
+// delivery: a handler middleware that records each message id in the handler's
+// own database transaction.
+//
+//	in, err := inbox.New(db, inbox.Config{})
+//	router.AddMiddleware(in.Middleware)
+//	router.AddNoPublisherHandler("ship-order", "orders", sub, func(msg *message.Message) error {
+//		tx := inbox.Tx(msg.Context()) // the transaction the inbox opened
+//		return tx.Create(&Shipment{OrderID: ...}).Error
+//	})
+//	go in.Run(ctx) // removes old inbox rows
+//
+// For each message the middleware begins a transaction and inserts (consumer,
+// message id) with ON CONFLICT DO NOTHING before the handler runs. If the row
+// existed, the message is a duplicate: it is acknowledged and the handler is not
+// called. Otherwise the handler runs with the transaction in its message's
+// context (Tx); its error, or a panic, rolls everything back, the inbox row
+// included, and the message is nacked for redelivery; on success the transaction
+// commits, then the message is acknowledged. Two deliveries of one message at the
+// same moment serialize on the row's key: the second waits and then sees a
+// duplicate. The inbox costs one statement per message and no SELECT.
+//
+// Messages the handler returns are not given back to the router, which would
+// publish them after the commit (and lose them if that failed, since the
+// redelivery is a duplicate): they are written to the outbox in the same
+// transaction (outboxhook.AddMessages), and the relay publishes them. Aggregates
+// saved through Tx go through the outbox hook as usual. The outbox hook must be
+// registered on the *gorm.DB for either.
+//
+// The consumer defaults to the Watermill handler name; the message id is the
+// Herald event id metadata key (events.MetaID), or else the message UUID.
+//
+// Retention: inbox rows older than Config.Retention are deleted in small
+// batches by Run (or Cleanup). The window must outlast the longest time between
+// two deliveries of one message: the relay's retry horizon
+// (relay.Config.RetryHorizon) plus how long the broker may redeliver. Set
+// Config.RetryHorizon to the relay's and New refuses a shorter Retention.
+package inbox

@@ -1,0 +1,293 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/outboxhook"
+)
+
+// Errors the middleware returns (and, by default, nacks with).
+var (
+	// ErrMissingID is a message with neither a Herald event id nor a UUID.
+	ErrMissingID = errors.New("inbox: message has no id")
+	// ErrMalformedID is a message whose Herald event id metadata is not a UUID.
+	ErrMalformedID = errors.New("inbox: message id is malformed")
+	// ErrHandlerPanic is a handler that panicked; its transaction was rolled back.
+	ErrHandlerPanic = errors.New("inbox: handler panicked")
+)
+
+// InvalidIDPolicy says what the middleware does with a message it cannot
+// identify.
+type InvalidIDPolicy int
+
+const (
+	// Nack returns ErrMissingID or ErrMalformedID, so the router nacks the
+	// message (and its retry or poison-queue middleware, if any, takes over).
+	Nack InvalidIDPolicy = iota
+	// AckAndLog logs the message at error level and acknowledges it, unhandled.
+	AckAndLog
+)
+
+// Config configures an Inbox. The zero value is ready to use.
+type Config struct {
+	// Table is the inbox table, optionally schema-qualified. Defaults to
+	// "inbox_messages".
+	Table string
+	// Consumer names the consumer in the inbox key. Defaults to the Watermill
+	// handler name, so each handler deduplicates on its own.
+	Consumer string
+	// InvalidID is what happens to a message with no usable id. Defaults to Nack.
+	InvalidID InvalidIDPolicy
+	// Retention is how long a processed message id is kept. Defaults to 24h: far
+	// above the relay's default retry horizon (18.5 minutes) and the redelivery
+	// windows of brokers, while keeping the table's size bounded (at 1,000
+	// messages/s, 86 million rows).
+	Retention time.Duration
+	// RetryHorizon, when set, is the relay's retry horizon
+	// (relay.Config.RetryHorizon()): New fails unless Retention exceeds it.
+	RetryHorizon time.Duration
+	// CleanupInterval is how often Run deletes expired ids. Defaults to 1m.
+	CleanupInterval time.Duration
+	// CleanupBatch is how many rows one cleanup DELETE removes. Defaults to 1000.
+	CleanupBatch int
+	// DisableAutoCreate, when true, never creates the table (run
+	// migrations/0001_inbox_messages.sql). Defaults to false: created at New when
+	// missing, left alone when present.
+	DisableAutoCreate bool
+	// Logger receives the inbox's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Table == "" {
+		c.Table = "inbox_messages"
+	}
+	if c.Retention == 0 {
+		c.Retention = 24 * time.Hour
+	}
+	if c.CleanupInterval == 0 {
+		c.CleanupInterval = time.Minute
+	}
+	if c.CleanupBatch == 0 {
+		c.CleanupBatch = 1000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+var tableRe = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$`)
+
+// ErrRetentionTooShort is returned by Validate when Retention does not exceed
+// RetryHorizon.
+var ErrRetentionTooShort = errors.New("inbox: retention does not outlast the relay's retry horizon")
+
+// Validate reports what is wrong with c after defaults are applied.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if !tableRe.MatchString(c.Table) {
+		errs = append(errs, fmt.Errorf("Table %q is not [schema.]table of plain identifiers", c.Table))
+	}
+	if c.Retention < 0 || c.CleanupInterval < 0 || c.CleanupBatch < 0 {
+		errs = append(errs, errors.New("Retention, CleanupInterval and CleanupBatch must not be negative"))
+	}
+	if c.InvalidID != Nack && c.InvalidID != AckAndLog {
+		errs = append(errs, fmt.Errorf("InvalidID %d is not Nack or AckAndLog", c.InvalidID))
+	}
+	if c.RetryHorizon > 0 && c.Retention <= c.RetryHorizon {
+		errs = append(errs, fmt.Errorf("%w: %v <= %v", ErrRetentionTooShort, c.Retention, c.RetryHorizon))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("inbox: invalid config: %w", err)
+	}
+	return nil
+}
+
+// Inbox deduplicates messages for Watermill handlers in their own transactions.
+type Inbox struct {
+	db      *gorm.DB
+	cfg     Config
+	table   string // quoted
+	insert  string
+	cleanup string
+	log     *slog.Logger
+}
+
+// New checks cfg, creates the inbox table when missing (unless
+// DisableAutoCreate) and returns the inbox.
+func New(db *gorm.DB, cfg Config) (*Inbox, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if db == nil {
+		return nil, errors.New("inbox: db is required")
+	}
+	in := &Inbox{db: db, cfg: cfg, table: quote(cfg.Table), log: cfg.Logger.With("component", "herald.inbox")}
+	in.insert = `INSERT INTO ` + in.table + ` (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
+	in.cleanup = `DELETE FROM ` + in.table + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + in.table +
+		` WHERE processed_at < now() - ?::float8 * interval '1 millisecond' LIMIT ?))`
+	if !cfg.DisableAutoCreate {
+		if err := in.ensureTable(context.Background()); err != nil {
+			return nil, err
+		}
+	}
+	return in, nil
+}
+
+// Middleware is New for router.AddMiddleware: it panics if cfg is invalid or
+// the table cannot be created, at start-up. It runs no cleaner: use New and Run,
+// or call Cleanup, for retention.
+func Middleware(db *gorm.DB, cfg Config) message.HandlerMiddleware {
+	in, err := New(db, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return in.Middleware
+}
+
+type txKey struct{}
+
+// Tx returns the transaction the inbox opened for the message whose context
+// ctx is (msg.Context()), or nil outside the inbox middleware.
+func Tx(ctx context.Context) *gorm.DB {
+	tx, _ := ctx.Value(txKey{}).(*gorm.DB)
+	return tx
+}
+
+// errDuplicate ends the transaction of a duplicate delivery.
+var errDuplicate = errors.New("inbox: duplicate")
+
+// Middleware wraps h: see the package documentation.
+func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
+	return func(msg *message.Message) ([]*message.Message, error) {
+		consumer := in.cfg.Consumer
+		if consumer == "" {
+			consumer = message.HandlerNameFromCtx(msg.Context())
+		}
+		id, err := messageID(msg)
+		if err != nil {
+			if in.cfg.InvalidID == AckAndLog {
+				in.log.Error("message acked unhandled: no usable id", "err", err, "consumer", consumer, "metadata", msg.Metadata)
+				return nil, nil
+			}
+			return nil, err
+		}
+		outer := msg.Context()
+		defer msg.SetContext(outer)
+		err = in.db.WithContext(outer).Transaction(func(tx *gorm.DB) error {
+			res := tx.Exec(in.insert, consumer, id)
+			if res.Error != nil {
+				return fmt.Errorf("inbox: record %s for %s: %w", id, consumer, res.Error)
+			}
+			if res.RowsAffected == 0 {
+				return errDuplicate
+			}
+			msg.SetContext(context.WithValue(outer, txKey{}, tx))
+			produced, err := call(h, msg)
+			if err != nil {
+				return err
+			}
+			if len(produced) > 0 {
+				return outboxhook.AddMessages(tx, message.PublishTopicFromCtx(outer), produced...)
+			}
+			return nil
+		})
+		if errors.Is(err, errDuplicate) {
+			return nil, nil
+		}
+		return nil, err
+	}
+}
+
+// call runs the handler, turning a panic into an error.
+func call(h message.HandlerFunc, msg *message.Message) (out []*message.Message, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v", ErrHandlerPanic, p)
+		}
+	}()
+	return h(msg)
+}
+
+// messageID is the Herald event id metadata key, which must be a UUID, or
+// else the message UUID, which must not be empty.
+func messageID(msg *message.Message) (string, error) {
+	if raw := msg.Metadata.Get(events.MetaID); raw != "" {
+		if _, err := uuid.Parse(raw); err != nil {
+			return "", fmt.Errorf("%w: %s %q: %v", ErrMalformedID, events.MetaID, raw, err)
+		}
+		return raw, nil
+	}
+	if strings.TrimSpace(msg.UUID) == "" {
+		return "", ErrMissingID
+	}
+	return msg.UUID, nil
+}
+
+// Run deletes expired ids every CleanupInterval until ctx is cancelled, then
+// returns nil. Failures are logged and retried at the next interval.
+func (in *Inbox) Run(ctx context.Context) error {
+	t := time.NewTicker(in.cfg.CleanupInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n, err := in.Cleanup(ctx); err != nil && ctx.Err() == nil {
+			in.log.Warn("inbox cleanup failed", "err", err)
+		} else if n > 0 {
+			in.log.Debug("inbox cleanup", "deleted", n)
+		}
+	}
+}
+
+// Cleanup deletes ids older than Retention now, in batches of CleanupBatch, on
+// one instance at a time, and returns how many it deleted.
+func (in *Inbox) Cleanup(ctx context.Context) (int64, error) {
+	var total int64
+	for {
+		var n int64
+		err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var locked bool
+			if err := tx.Raw(`SELECT pg_try_advisory_xact_lock(hashtext(?))`, "herald.inbox.cleanup:"+in.cfg.Table).Scan(&locked).Error; err != nil {
+				return err
+			}
+			if !locked {
+				return nil
+			}
+			res := tx.Exec(in.cleanup, float64(in.cfg.Retention.Milliseconds()), in.cfg.CleanupBatch)
+			n = res.RowsAffected
+			return res.Error
+		})
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("inbox: cleanup: %w", err)
+		}
+		if n < int64(in.cfg.CleanupBatch) {
+			return total, nil
+		}
+	}
+}
+
+func quote(t string) string {
+	parts := strings.Split(t, ".")
+	for i, p := range parts {
+		parts[i] = `"` + p + `"`
+	}
+	return strings.Join(parts, ".")
+}
