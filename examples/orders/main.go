@@ -1,8 +1,12 @@
-// Command orders is Herald's example service: orders are placed and paid through
-// an aggregate that records events, and each save writes the order row and its
-// events to PostgreSQL in one transaction.
+// Command orders is Herald's example service. Orders are placed and paid
+// through an aggregate that records events; each save writes the order row and
+// its events in one transaction. A relay in the same process publishes the
+// events; a shipping consumer behind the inbox reacts to OrderPaid by saving a
+// shipment, whose own event goes through the outbox too.
 //
-//	go run ./examples/orders
+//	go run ./examples/orders                     # Watermill's in-process GoChannel
+//	go run ./examples/orders -broker nats        # NATS JetStream at 127.0.0.1:4222
+//	go run ./examples/orders -broker rabbitmq    # RabbitMQ at 127.0.0.1:5672
 //
 // It uses PostgreSQL at 127.0.0.1:5432 (DATABASE_URL overrides) and works in a
 // schema of its own, herald_example, which it recreates on each run.
@@ -14,26 +18,34 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
+	natsgo "github.com/nats-io/nats.go"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
 )
 
-// Order is the aggregate: a GORM model that embeds aggregate.Root.
+// Order is an aggregate: a GORM model that embeds aggregate.Root.
 type Order struct {
 	ID       uuid.UUID `gorm:"type:uuid;primaryKey"`
 	Customer string
@@ -76,40 +88,111 @@ func (o *Order) Pay() error {
 	return nil
 }
 
-const schema = "herald_example"
+// Shipment is the shipping service's aggregate.
+type Shipment struct {
+	ID      uuid.UUID `gorm:"type:uuid;primaryKey"`
+	OrderID uuid.UUID `gorm:"type:uuid;uniqueIndex"`
+	aggregate.Root
+}
+
+// ShipmentCreated is recorded when a paid order gets its shipment.
+type ShipmentCreated struct {
+	ShipmentID uuid.UUID `json:"shipment_id"`
+	OrderID    uuid.UUID `json:"order_id"`
+}
+
+func (ShipmentCreated) EventType() string { return "shipment.created" }
+
+// topic maps an event to its topic: its type with dots replaced, since
+// JetStream stream names (one per topic) allow no dots.
+func topic(env *events.Envelope) string {
+	return "herald_example_" + strings.ReplaceAll(env.Type, ".", "_")
+}
 
 func main() {
 	n := flag.Int("orders", 5, "orders to place")
+	broker := flag.String("broker", "gochannel", "gochannel, nats or rabbitmq")
+	schema := flag.String("schema", "herald_example", "PostgreSQL schema to (re)create and work in")
 	flag.Parse()
-	if err := run(context.Background(), *n); err != nil {
+	if err := run(context.Background(), *n, *broker, *schema); err != nil {
 		fmt.Fprintln(os.Stderr, "orders:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n int) error {
+func run(ctx context.Context, n int, broker, schema string) error {
 	dsn := os.Getenv("DATABASE_URL")
 	if dsn == "" {
 		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 	}
-	db, err := connect(ctx, dsn)
+	db, err := connect(ctx, dsn, schema)
 	if err != nil {
 		return err
 	}
-	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+	pub, sub, closeBroker, err := openBroker(broker)
+	if err != nil {
 		return err
 	}
-	if err := db.AutoMigrate(&Order{}); err != nil {
+	defer closeBroker()
+
+	// The relay, in this process: the hook wakes it after each commit.
+	var published atomic.Int64
+	r, err := relay.New(db, printing{pub, &published}, relay.Config{})
+	if err != nil {
+		return err
+	}
+	if err := db.Use(outboxhook.New(outboxhook.Config{Topic: topic, Notify: r.Wake})); err != nil {
+		return err
+	}
+	if err := db.AutoMigrate(&Order{}, &Shipment{}); err != nil {
 		return err
 	}
 
+	// The shipping consumer, behind the inbox.
+	in, err := inbox.New(db, inbox.Config{RetryHorizon: relay.Config{}.RetryHorizon()})
+	if err != nil {
+		return err
+	}
+	var reg events.Registry
+	reg.MustRegister(OrderPaid{})
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	var delivered, shipped atomic.Int64
+	router.AddMiddleware(counting(&delivered), in.Middleware)
+	router.AddNoPublisherHandler("shipping", "herald_example_order_paid", sub, func(msg *message.Message) error {
+		e, _, err := reg.DecodeMessage(msg)
+		if err != nil {
+			return err
+		}
+		paid := e.(OrderPaid)
+		s := &Shipment{ID: uuid.New(), OrderID: paid.OrderID}
+		s.Record(ShipmentCreated{ShipmentID: s.ID, OrderID: paid.OrderID})
+		if err := inbox.Tx(msg.Context()).Create(s).Error; err != nil { // its event goes through the outbox
+			return err
+		}
+		shipped.Add(1)
+		fmt.Printf("  shipping: order %s paid %d -> shipment %s\n", short(paid.OrderID), paid.Amount, short(s.ID))
+		return nil
+	})
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	relayDone := make(chan struct{})
+	go func() { defer close(relayDone); _ = r.Run(ctx) }()
+	routerDone := make(chan struct{})
+	go func() { defer close(routerDone); _ = router.Run(ctx) }()
+	<-router.Running()
+
 	ctx = events.WithMetadata(ctx, events.Metadata{"correlation_id": "example-run"})
+	paidOrders := 0
 	for i := range n {
 		o := PlaceOrder(fmt.Sprintf("customer-%d", i+1), 1000+100*i)
 		if err := db.WithContext(ctx).Create(o).Error; err != nil {
 			return fmt.Errorf("place order: %w", err)
 		}
-		fmt.Printf("placed %s for %s (%d)\n", o.ID, o.Customer, o.Total)
+		fmt.Printf("placed  %s for %s (%d)\n", short(o.ID), o.Customer, o.Total)
 		if i%2 == 0 { // every other order is paid at once
 			if err := o.Pay(); err != nil {
 				return err
@@ -117,7 +200,8 @@ func run(ctx context.Context, n int) error {
 			if err := db.WithContext(ctx).Save(o).Error; err != nil {
 				return fmt.Errorf("pay order: %w", err)
 			}
-			fmt.Printf("paid   %s\n", o.ID)
+			paidOrders++
+			fmt.Printf("paid    %s\n", short(o.ID))
 		}
 	}
 
@@ -129,23 +213,123 @@ func run(ctx context.Context, n int) error {
 		}
 		return errors.New("payment provider said no")
 	})
-	fmt.Printf("rolled back %s: %v (its %d event(s) stay on the aggregate)\n", o.ID, err, len(o.Events()))
+	fmt.Printf("rolled back %s: %v (nothing written; its event stays on the aggregate)\n", short(o.ID), err)
 
-	var rows []struct {
-		Type, AggregateID, Payload string
+	// Brokers deliver at least once: simulate a redelivery of a paid event.
+	if err := waitFor(10*time.Second, func() bool { return shipped.Load() >= 1 }); err == nil && lastPaid.Load() != nil {
+		m := lastPaid.Load()
+		fmt.Printf("redelivering %s (a duplicate, as brokers do)\n", m.UUID)
+		_ = pub.Publish("herald_example_order_paid", m.Copy())
 	}
-	if err := db.Raw(`SELECT type, aggregate_id, payload::text AS payload FROM outbox_messages ORDER BY seq`).Scan(&rows).Error; err != nil {
-		return err
+
+	written := int64(n + paidOrders)
+	if err := waitFor(30*time.Second, func() bool {
+		s, err := r.Stats(context.Background())
+		return err == nil && s.Pending == 0 && shipped.Load() == int64(paidOrders) && delivered.Load() > int64(paidOrders)
+	}); err != nil {
+		return fmt.Errorf("the events did not all flow within 30s (is the broker up?)")
 	}
-	fmt.Println("\noutbox_messages (what the relay will publish):")
-	for _, r := range rows {
-		fmt.Printf("  %-13s %s %s\n", r.Type, r.AggregateID, r.Payload)
-	}
-	var orders int64
-	db.Model(&Order{}).Count(&orders)
-	fmt.Printf("\nsummary: %d orders, %d events written\n", orders, len(rows))
+	cancel()
+	<-routerDone
+	<-relayDone
+
+	var shipments int64
+	db.Model(&Shipment{}).Count(&shipments)
+	fmt.Printf("\nsummary: %d orders (%d paid), %d events written by orders + %d by shipping, %d published, "+
+		"%d consumed, %d duplicate skipped, %d shipments\n",
+		n, paidOrders, written, shipped.Load(), published.Load(), shipped.Load(), delivered.Load()-shipped.Load(), shipments)
 	return nil
 }
+
+// lastPaid keeps the last order.paid message published, to redeliver it.
+var lastPaid atomic.Pointer[message.Message]
+
+// printing prints what the relay publishes and counts it.
+type printing struct {
+	message.Publisher
+	n *atomic.Int64
+}
+
+func (p printing) Publish(topic string, msgs ...*message.Message) error {
+	if err := p.Publisher.Publish(topic, msgs...); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		p.n.Add(1)
+		fmt.Printf("  relay: published %s %s\n", m.Metadata.Get(events.MetaType), m.UUID)
+		if topic == "herald_example_order_paid" {
+			lastPaid.Store(m.Copy())
+		}
+	}
+	return nil
+}
+
+// counting counts the deliveries that reach the handler chain.
+func counting(n *atomic.Int64) message.HandlerMiddleware {
+	return func(h message.HandlerFunc) message.HandlerFunc {
+		return func(msg *message.Message) ([]*message.Message, error) {
+			n.Add(1)
+			return h(msg)
+		}
+	}
+}
+
+func openBroker(kind string) (message.Publisher, message.Subscriber, func(), error) {
+	logger := watermill.NopLogger{}
+	switch kind {
+	case "gochannel":
+		gc := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, logger)
+		return gc, gc, func() { _ = gc.Close() }, nil
+	case "nats":
+		url := envOr("NATS_URL", "nats://127.0.0.1:4222")
+		pcfg := wmnats.PublisherConfig{URL: url, Marshaler: &wmnats.NATSMarshaler{}, JetStream: wmnats.JetStreamConfig{AutoProvision: true}}
+		scfg := wmnats.SubscriberConfig{URL: url, QueueGroupPrefix: "herald_example", SubscribersCount: 1,
+			AckWaitTimeout: 5 * time.Second, CloseTimeout: 5 * time.Second, Unmarshaler: &wmnats.NATSMarshaler{},
+			JetStream: wmnats.JetStreamConfig{AutoProvision: true, DurablePrefix: "herald_example",
+				SubscribeOptions: []natsgo.SubOpt{natsgo.DeliverNew(), natsgo.AckExplicit()}}}
+		pub, err := wmnats.NewPublisher(pcfg, logger)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", url, err)
+		}
+		sub, err := wmnats.NewSubscriber(scfg, logger)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", url, err)
+		}
+		return pub, sub, func() { _ = sub.Close(); _ = pub.Close() }, nil
+	case "rabbitmq":
+		cfg := amqp.NewDurableQueueConfig(envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+		pub, err := amqp.NewPublisher(cfg, logger)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("cannot reach RabbitMQ: %w", err)
+		}
+		sub, err := amqp.NewSubscriber(cfg, logger)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("cannot reach RabbitMQ: %w", err)
+		}
+		return pub, sub, func() { _ = sub.Close(); _ = pub.Close() }, nil
+	}
+	return nil, nil, nil, fmt.Errorf("unknown -broker %q: gochannel, nats or rabbitmq", kind)
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func waitFor(d time.Duration, cond func() bool) error {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+func short(id uuid.UUID) string { return id.String()[:8] }
 
 // rootCause returns the short reason behind a connection error, not pgx's chain.
 func rootCause(err error) string {
@@ -165,9 +349,9 @@ func rootCause(err error) string {
 	return msg
 }
 
-// connect opens GORM on a fresh herald_example schema, or says in one line why
+// connect opens GORM on a fresh schema, or says in one line why
 // PostgreSQL could not be reached and how to point the example elsewhere.
-func connect(ctx context.Context, dsn string) (*gorm.DB, error) {
+func connect(ctx context.Context, dsn, schema string) (*gorm.DB, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("DATABASE_URL is not a postgres:// URL: %v", err)
@@ -189,6 +373,14 @@ func connect(ctx context.Context, dsn string) (*gorm.DB, error) {
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	slog.Debug("connecting", "dsn", u.Redacted())
-	return gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxIdleConns(16) // database/sql keeps 2 by default: every extra statement would reconnect
+	return db, nil
 }
