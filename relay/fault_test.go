@@ -156,8 +156,12 @@ func TestUndecodableRows(t *testing.T) {
 			}
 			e.run(r)
 			eventually(t, 10*time.Second, "8 events", func() bool { return got.distinct() == 8 })
-			dead, err := r.Dead(context.Background(), 10)
-			if err != nil || len(dead) != 1 || dead[0].ID != victim || !strings.Contains(dead[0].LastError, "cannot be decoded") {
+			var dead []relay.DeadEvent
+			eventually(t, 10*time.Second, "the dead row", func() bool {
+				dead, err = r.Dead(context.Background(), 10)
+				return err == nil && len(dead) == 1
+			})
+			if len(dead) != 1 || dead[0].ID != victim || !strings.Contains(dead[0].LastError, "cannot be decoded") {
 				t.Fatalf("dead = %+v, %v", dead, err)
 			}
 			if dead[0].Attempts != 1 {
