@@ -112,7 +112,9 @@ func TestBrokerOutage(t *testing.T) {
 	if e.pending() == 0 {
 		t.Fatal("events marked published while the broker was down")
 	}
-	srv.Start()
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
 	eventually(t, 60*time.Second, "outbox drained after the broker came back", func() bool { return e.pending() == 0 })
 	if returned.Load() {
 		t.Fatal("Run returned during the outage")

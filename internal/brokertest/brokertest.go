@@ -49,17 +49,23 @@ func Topic(prefix string) string {
 func NATSPublisherConfig(url string) wmnats.PublisherConfig {
 	return wmnats.PublisherConfig{
 		URL:         url,
-		NatsOptions: []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)},
+		NatsOptions: natsOptions(),
 		Marshaler:   &wmnats.NATSMarshaler{},
 		JetStream:   wmnats.JetStreamConfig{AutoProvision: true},
 	}
+}
+
+// natsOptions keep a client connecting and reconnecting forever, from the start:
+// a broker that is down when a process starts is not an error.
+func natsOptions() []nats.Option {
+	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.RetryOnFailedConnect(true)}
 }
 
 // NATSSubscriberConfig is the matching durable JetStream subscriber.
 func NATSSubscriberConfig(url, durable string) wmnats.SubscriberConfig {
 	return wmnats.SubscriberConfig{
 		URL:              url,
-		NatsOptions:      []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)},
+		NatsOptions:      natsOptions(),
 		QueueGroupPrefix: durable,
 		SubscribersCount: 1,
 		AckWaitTimeout:   5 * time.Second,
@@ -68,7 +74,7 @@ func NATSSubscriberConfig(url, durable string) wmnats.SubscriberConfig {
 		JetStream: wmnats.JetStreamConfig{
 			AutoProvision:    true,
 			DurablePrefix:    durable,
-			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit()},
+			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.AckWait(5 * time.Second)},
 		},
 	}
 }
@@ -146,32 +152,46 @@ func deleteQueues(names ...string) {
 	}
 }
 
-// NATSServer is a private nats-server with JetStream, for tests that stop and
-// start a broker without touching the shared one.
+// NATSServer is a private nats-server with JetStream, for tests and the chaos
+// run that stop and start a broker without touching the shared one.
 type NATSServer struct {
 	Port int
 	dir  string
 	cmd  *exec.Cmd
-	t    testing.TB
 }
 
 // StartNATS starts a nats-server with JetStream on a free port, stored in a
 // temporary directory; it is killed (by pid) when the test ends.
 func StartNATS(t testing.TB) *NATSServer {
 	t.Helper()
-	s := &NATSServer{Port: freePort(t), dir: t.TempDir(), t: t}
-	s.Start()
+	s, err := NewNATSServer(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
 	t.Cleanup(s.Stop)
 	return s
+}
+
+// NewNATSServer prepares a server storing in dir, on a free port; Start starts it.
+func NewNATSServer(dir string) (*NATSServer, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return &NATSServer{Port: port, dir: dir}, nil
 }
 
 // URL is the server's client URL.
 func (s *NATSServer) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.Port) }
 
-// Start starts the server (again) on its port and store, and waits until it
-// accepts connections.
-func (s *NATSServer) Start() {
-	s.t.Helper()
+// Start starts the server (again) on its port and store, and waits until
+// JetStream answers.
+func (s *NATSServer) Start() error {
 	bin := "nats-server"
 	if _, err := exec.LookPath(bin); err != nil {
 		bin = "/usr/sbin/nats-server"
@@ -179,34 +199,22 @@ func (s *NATSServer) Start() {
 	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(s.Port), "-js", "-sd", s.dir)
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
-		s.t.Fatalf("brokertest: start nats-server: %v", err)
+		return fmt.Errorf("brokertest: start nats-server: %w", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.Port), 200*time.Millisecond); err == nil {
-			_ = c.Close()
-			break
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("brokertest: nats-server on :%d did not start", s.Port)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	// JetStream is ready a moment after the port opens.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
-		if nc, err := nats.Connect(s.URL()); err == nil {
+		if nc, err := nats.Connect(s.URL(), nats.Timeout(200*time.Millisecond)); err == nil {
 			js, _ := nc.JetStream()
 			_, err = js.AccountInfo()
 			nc.Close()
 			if err == nil {
-				return
+				return nil
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	s.t.Fatalf("brokertest: JetStream on :%d not ready", s.Port)
+	return fmt.Errorf("brokertest: JetStream on :%d not ready", s.Port)
 }
 
 // Stop kills the server (SIGKILL, by pid) and waits for it to exit.
@@ -217,14 +225,4 @@ func (s *NATSServer) Stop() {
 	_ = s.cmd.Process.Kill()
 	_, _ = s.cmd.Process.Wait()
 	s.cmd = nil
-}
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
