@@ -300,8 +300,8 @@ func orchestrate(args []string) (bool, error) {
 			case <-t.C:
 			}
 			var pending, applied int64
-			_ = admin.QueryRow(`SELECT count(*) FROM `+schema+`.outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL`).Scan(&pending)
-			_ = admin.QueryRow(`SELECT count(DISTINCT event_id) FROM `+schema+`.effects`).Scan(&applied)
+			_ = admin.QueryRow(`SELECT count(*) FROM ` + schema + `.outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL`).Scan(&pending)
+			_ = admin.QueryRow(`SELECT count(DISTINCT event_id) FROM ` + schema + `.effects`).Scan(&applied)
 			led.mu.Lock()
 			c := len(led.committed)
 			led.mu.Unlock()
