@@ -12,6 +12,12 @@ import (
 // ErrUnknownType is returned when decoding an event whose type is not registered.
 var ErrUnknownType = errors.New("unknown event type")
 
+// ErrDecode wraps the codec's error for a payload that cannot be decoded into
+// its registered type. Like ErrUnknownType it is permanent: redelivering the
+// message will not help, so a consumer should divert it (Watermill's PoisonQueue
+// middleware) rather than nack it forever.
+var ErrDecode = errors.New("cannot decode event payload")
+
 // ErrDuplicateType is returned when registering a type name already registered
 // for another Go type.
 var ErrDuplicateType = errors.New("event type registered twice")
@@ -77,7 +83,7 @@ func (r *Registry) Decode(env Envelope) (Event, error) {
 	}
 	v := reflect.New(t)
 	if err := codec.Unmarshal(env.Payload, v.Interface()); err != nil {
-		return nil, fmt.Errorf("decode %s (%s): %w", env.ID, env.Type, err)
+		return nil, fmt.Errorf("%w %s (%s): %w", ErrDecode, env.ID, env.Type, err)
 	}
 	if isPtr {
 		return v.Interface().(Event), nil

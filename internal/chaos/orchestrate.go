@@ -398,8 +398,10 @@ func orchestrate(args []string) (bool, error) {
 	row("drain time after faults stopped", fmt.Sprintf("%.1fs (limit 30s, drained: %v)", drainTime.Seconds(), drained))
 	if ok {
 		fmt.Println("\nPASS: every committed event's effect happened exactly once, in order, and nothing else was seen.")
+		fmt.Println("chaos: 1 passed, 0 failed")
 	} else {
 		fmt.Println("\nFAIL: see the table.")
+		fmt.Println("chaos: 0 passed, 1 failed")
 	}
 	return ok, nil
 }
