@@ -185,11 +185,11 @@ func run(ctx context.Context, n int, broker, schema string) error {
 	go func() { defer close(routerDone); _ = router.Run(ctx) }()
 	<-router.Running()
 
-	ctx = events.WithMetadata(ctx, events.Metadata{"correlation_id": "example-run"})
+	wctx := events.WithMetadata(ctx, events.Metadata{"correlation_id": "example-run"})
 	paidOrders := 0
 	for i := range n {
 		o := PlaceOrder(fmt.Sprintf("customer-%d", i+1), 1000+100*i)
-		if err := db.WithContext(ctx).Create(o).Error; err != nil {
+		if err := db.WithContext(wctx).Create(o).Error; err != nil {
 			return fmt.Errorf("place order: %w", err)
 		}
 		fmt.Printf("placed  %s for %s (%d)\n", short(o.ID), o.Customer, o.Total)
@@ -197,7 +197,7 @@ func run(ctx context.Context, n int, broker, schema string) error {
 			if err := o.Pay(); err != nil {
 				return err
 			}
-			if err := db.WithContext(ctx).Save(o).Error; err != nil {
+			if err := db.WithContext(wctx).Save(o).Error; err != nil {
 				return fmt.Errorf("pay order: %w", err)
 			}
 			paidOrders++
