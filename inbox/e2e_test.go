@@ -62,14 +62,7 @@ func (d *duplicating) Publish(topic string, msgs ...*message.Message) error {
 // duplicates injected, the handler failing at random 30% of the time (before or
 // after its write); every event's effect happens exactly once.
 func TestEndToEnd(t *testing.T) {
-	brokers := map[string]func(t *testing.T, topic string) (message.Publisher, message.Subscriber){
-		"nats-jetstream": func(t *testing.T, topic string) (message.Publisher, message.Subscriber) {
-			return brokertest.NATS(t, brokertest.NATSURL(), topic)
-		},
-		"rabbitmq": func(t *testing.T, topic string) (message.Publisher, message.Subscriber) {
-			return brokertest.AMQP(t, topic)
-		},
-	}
+	brokers := brokertest.Brokers()
 	for name, connect := range brokers {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -32,14 +32,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	t.Parallel()
-	_, dsn := pgtest.Schema(t)
-	db := pgtest.OpenDSN(t, dsn, nil)
-	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.AutoMigrate(&Effect{}); err != nil {
-		t.Fatal(err)
-	}
+	db, dsn := pgtest.Setup(t, outboxhook.New(outboxhook.Config{}), &Effect{})
 	return &env{t: t, db: db, dsn: dsn}
 }
 

@@ -4,7 +4,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/events"
@@ -18,29 +17,15 @@ import (
 func newTopicEnv(t *testing.T, topic string) *env {
 	t.Helper()
 	t.Parallel()
-	_, dsn := pgtest.Schema(t)
-	db := pgtest.OpenDSN(t, dsn, nil)
-	err := db.Use(outboxhook.New(outboxhook.Config{Topic: func(*events.Envelope) string { return topic }}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.AutoMigrate(&Account{}); err != nil {
-		t.Fatal(err)
-	}
+	hook := outboxhook.New(outboxhook.Config{Topic: func(*events.Envelope) string { return topic }})
+	db, dsn := pgtest.Setup(t, hook, &Account{})
 	return &env{t: t, db: db, dsn: dsn}
 }
 
 // The event id arrives as the message UUID (and in the herald_id metadata) on
 // each real broker, in both modes, in order in ordered mode.
 func TestRelayRealBrokers(t *testing.T) {
-	brokers := map[string]func(t *testing.T, topic string) (message.Publisher, message.Subscriber){
-		"nats-jetstream": func(t *testing.T, topic string) (message.Publisher, message.Subscriber) {
-			return brokertest.NATS(t, brokertest.NATSURL(), topic)
-		},
-		"rabbitmq": func(t *testing.T, topic string) (message.Publisher, message.Subscriber) {
-			return brokertest.AMQP(t, topic)
-		},
-	}
+	brokers := brokertest.Brokers()
 	for name, connect := range brokers {
 		for _, ordered := range []bool{false, true} {
 			mode := map[bool]string{false: "unordered", true: "ordered"}[ordered]

@@ -226,3 +226,20 @@ func (s *NATSServer) Stop() {
 	_, _ = s.cmd.Process.Wait()
 	s.cmd = nil
 }
+
+// Connect returns a publisher and a subscriber for topic on one broker, closed
+// and cleaned up when the test ends.
+type Connect func(t testing.TB, topic string) (message.Publisher, message.Subscriber)
+
+// Brokers are the real brokers of this machine, by name: every test that must
+// hold on each runs against all of them.
+func Brokers() map[string]Connect {
+	return map[string]Connect{
+		"nats-jetstream": func(t testing.TB, topic string) (message.Publisher, message.Subscriber) {
+			return NATS(t, NATSURL(), topic)
+		},
+		"rabbitmq": func(t testing.TB, topic string) (message.Publisher, message.Subscriber) {
+			return AMQP(t, topic)
+		},
+	}
+}

@@ -193,3 +193,20 @@ func Terminate(t testing.TB, appName string) int {
 	}
 	return n
 }
+
+// Setup opens GORM on a new schema (see Schema), registers plugin (when not
+// nil) and migrates models. It returns the handle and the schema's DSN.
+func Setup(t testing.TB, plugin gorm.Plugin, models ...any) (*gorm.DB, string) {
+	t.Helper()
+	_, dsn := Schema(t)
+	db := OpenDSN(t, dsn, nil)
+	if plugin != nil {
+		if err := db.Use(plugin); err != nil {
+			t.Fatalf("pgtest: use %s: %v", plugin.Name(), err)
+		}
+	}
+	if err := db.AutoMigrate(models...); err != nil {
+		t.Fatalf("pgtest: migrate: %v", err)
+	}
+	return db, dsn
+}
