@@ -28,6 +28,7 @@ var (
 	descUp      = prometheus.NewDesc("herald_outbox_stats_up", "1 if the outbox gauges could be read at this scrape.", []string{"table"}, nil)
 )
 
+// Describe sends the descriptions of every metric the collector exports.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descPending, descDead, descOldest, descPub, descFailed, descDied, descUp} {
 		ch <- d
@@ -35,6 +36,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	c.r.m.durations.Describe(ch)
 }
 
+// Collect reads the outbox gauges from the database and sends them with the
+// relay's counters and durations.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	t := c.r.cfg.Table
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
