@@ -53,5 +53,7 @@
 // Stats and the Prometheus Collector report pending and dead counts and the age
 // of the oldest pending event. The relay's role needs SELECT, UPDATE and DELETE
 // on the outbox table; the relay creates its lease tables and indexes when
-// missing (migrations/0001_relay.sql for a role without DDL rights).
+// missing (migrations/0001_relay.sql for a role without DDL rights). An index it
+// may not create is only logged: it makes the relay faster, not correct. The
+// lease tables of ordered mode are required.
 package relay

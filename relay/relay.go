@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 )
@@ -108,16 +109,25 @@ func (r *Relay) Run(ctx context.Context) error {
 // ensureSchema creates the relay's tables and indexes when missing, retrying
 // while the database is down. Without DDL rights they must exist already.
 func (r *Relay) ensureSchema(ctx context.Context) {
-	stmts := r.q.schema[4:5] // dead events index
+	q := r.q.schema // leases, relays, ordered idx, aggregate idx, dead idx, processed idx
+	stmts := []ddl{q[4]}
 	if r.cfg.Ordered {
-		stmts = append(stmts, r.q.schema[:4]...)
+		stmts = append(stmts, q[0], q[1], q[2], q[3])
 	}
 	if r.cfg.Retention > 0 {
-		stmts = append(stmts, r.q.schema[5])
+		stmts = append(stmts, q[5])
 	}
 	retry(ctx, r.log, "create relay schema", func(ctx context.Context) error {
 		for _, s := range stmts {
-			if err := createIfMissing(ctx, r.db, s); err != nil {
+			err := createIfMissing(ctx, r.db, s)
+			var pgErr *pgconn.PgError
+			if err != nil && !s.required && errors.As(err, &pgErr) && pgErr.Code == "42501" {
+				// No right to create an index that only speeds things up: go on
+				// without it (relay/migrations has it for the table's owner).
+				r.log.Warn("relay: cannot create an index (no privilege); continuing without it", "index", s.name)
+				continue
+			}
+			if err != nil {
 				return err
 			}
 		}

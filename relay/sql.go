@@ -95,8 +95,12 @@ WHERE dead_at IS NOT NULL`),
 }
 
 // ddl is a CREATE ... IF NOT EXISTS statement and the (qualified, quoted)
-// name of what it creates.
-type ddl struct{ name, sql string }
+// name of what it creates; required ones (the lease tables of ordered mode) the
+// relay cannot work without, the others (indexes) only make it faster.
+type ddl struct {
+	name, sql string
+	required  bool
+}
 
 // schemaStatements are the relay's additions to the outbox: the partition lease
 // and instance tables of ordered mode, and the indexes for ordered claims, dead
@@ -110,16 +114,20 @@ func schemaStatements(table string) []ddl {
 	obj := func(suffix, format string, args ...any) ddl {
 		return ddl{name: prefix + `"` + name + suffix + `"`, sql: fmt.Sprintf(format, args...)}
 	}
+	required := func(d ddl) ddl {
+		d.required = true
+		return d
+	}
 	return []ddl{
-		obj("_leases", `CREATE TABLE IF NOT EXISTS %s"%s_leases" (
+		required(obj("_leases", `CREATE TABLE IF NOT EXISTS %s"%s_leases" (
     partition  int         PRIMARY KEY,
     owner      text        NOT NULL DEFAULT '',
     expires_at timestamptz NOT NULL DEFAULT '-infinity'
-)`, prefix, name),
-		obj("_relays", `CREATE TABLE IF NOT EXISTS %s"%s_relays" (
+)`, prefix, name)),
+		required(obj("_relays", `CREATE TABLE IF NOT EXISTS %s"%s_relays" (
     instance text        PRIMARY KEY,
     seen_at  timestamptz NOT NULL
-)`, prefix, name),
+)`, prefix, name)),
 		obj("_ordered_idx", `CREATE INDEX IF NOT EXISTS "%s_ordered_idx" ON %s (seq) WHERE %s`, name, t, pending),
 		obj("_aggregate_idx", `CREATE INDEX IF NOT EXISTS "%s_aggregate_idx" ON %s (aggregate_type, aggregate_id, seq) WHERE %s`, name, t, pending),
 		obj("_dead_idx", `CREATE INDEX IF NOT EXISTS "%s_dead_idx" ON %s (dead_at) WHERE dead_at IS NOT NULL`, name, t),
