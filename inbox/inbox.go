@@ -264,7 +264,8 @@ func (in *Inbox) Cleanup(ctx context.Context) (int64, error) {
 		var n int64
 		err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			var locked bool
-			if err := tx.Raw(`SELECT pg_try_advisory_xact_lock(hashtext(?))`, "herald.inbox.cleanup:"+in.cfg.Table).Scan(&locked).Error; err != nil {
+			// Keyed by the table's oid: tables of one name in other schemas clean apart.
+			if err := tx.Raw(`SELECT pg_try_advisory_xact_lock(hashtext('herald.inbox.cleanup:' || ?::regclass::oid::text))`, in.table).Scan(&locked).Error; err != nil {
 				return err
 			}
 			if !locked {
