@@ -241,3 +241,26 @@ var (
 	_ = outboxhook.Add
 	_ = events.NewID
 )
+
+// A publisher whose error is not valid UTF-8 (or is huge) still gets its
+// failure recorded: last_error is cleaned and cut.
+func TestUnprintablePublisherError(t *testing.T) {
+	e := newEnv(t)
+	e.write(1, 1)
+	pub := publisherFunc(func(string, ...*message.Message) error {
+		return errors.New("bad \xff\xfe bytes " + strings.Repeat("x", 5000))
+	})
+	r, err := relay.New(e.db, pub, relay.Config{PollInterval: 20 * time.Millisecond, MinBackoff: time.Hour, MaxBackoff: time.Hour, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.run(r)
+	var lastErr string
+	eventually(t, 10*time.Second, "the failure recorded", func() bool {
+		e.db.Raw(`SELECT coalesce(last_error, '') FROM outbox_messages`).Scan(&lastErr)
+		return lastErr != ""
+	})
+	if !strings.HasPrefix(lastErr, "bad \uFFFD") || len(lastErr) > 2010 {
+		t.Fatalf("last_error = %.40q... (%d bytes)", lastErr, len(lastErr))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -304,6 +305,16 @@ func (r *Relay) lastPublished(out *outcome) time.Time {
 	return time.Time{} // never: -infinity for the comparison
 }
 
+// lastError is err as stored in last_error: valid UTF-8 (a text column refuses
+// anything else, which would fail the whole mark) and at most 2,000 bytes.
+func lastError(err error) string {
+	msg := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	if len(msg) > 2000 {
+		msg = strings.ToValidUTF8(msg[:2000], "") + "..."
+	}
+	return msg
+}
+
 // outcome is the result of publishing a batch.
 type outcome struct {
 	ok     []string // ids published
@@ -319,7 +330,7 @@ func (o *outcome) add(r *row, err error) {
 		return
 	}
 	o.failed = append(o.failed, r.id)
-	o.errs = append(o.errs, err.Error())
+	o.errs = append(o.errs, lastError(err))
 	o.poison = append(o.poison, errors.Is(err, ErrUndecodable))
 }
 
