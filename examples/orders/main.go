@@ -136,8 +136,11 @@ func run(ctx context.Context, n int, broker, schema string) error {
 	defer closeBroker()
 
 	// The relay, in this process: the hook wakes it after each commit.
-	var published atomic.Int64
-	r, err := relay.New(db, printing{pub, &published}, relay.Config{})
+	var (
+		published atomic.Int64
+		lastPaid  atomic.Pointer[message.Message]
+	)
+	r, err := relay.New(db, printing{pub, &published, &lastPaid}, relay.Config{})
 	if err != nil {
 		return err
 	}
@@ -241,13 +244,12 @@ func run(ctx context.Context, n int, broker, schema string) error {
 	return nil
 }
 
-// lastPaid keeps the last order.paid message published, to redeliver it.
-var lastPaid atomic.Pointer[message.Message]
-
-// printing prints what the relay publishes and counts it.
+// printing prints what the relay publishes, counts it, and keeps the last
+// order.paid message, to redeliver it.
 type printing struct {
 	message.Publisher
-	n *atomic.Int64
+	n        *atomic.Int64
+	lastPaid *atomic.Pointer[message.Message]
 }
 
 func (p printing) Publish(topic string, msgs ...*message.Message) error {
@@ -258,7 +260,7 @@ func (p printing) Publish(topic string, msgs ...*message.Message) error {
 		p.n.Add(1)
 		fmt.Printf("  relay: published %s %s\n", m.Metadata.Get(events.MetaType), m.UUID)
 		if topic == "herald_example_order_paid" {
-			lastPaid.Store(m.Copy())
+			p.lastPaid.Store(m.Copy())
 		}
 	}
 	return nil
