@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 
 	"github.com/heraldgo/herald/internal/pgtest"
@@ -10,12 +9,7 @@ import (
 
 func TestExampleRuns(t *testing.T) {
 	schema := pgtest.Name("herald_signup_")
-	t.Cleanup(func() {
-		if db, err := sql.Open("pgx", pgtest.DSN()); err == nil {
-			_, _ = db.Exec(`DROP SCHEMA IF EXISTS ` + schema + ` CASCADE`)
-			_ = db.Close()
-		}
-	})
+	pgtest.DropSchemaAtCleanup(t, schema)
 	if err := run(context.Background(), schema); err != nil {
 		t.Fatal(err)
 	}

@@ -18,9 +18,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
@@ -304,21 +302,9 @@ func forwarderScenario(n int, fastest bool) func(*gorm.DB, string, message.Publi
 	}
 }
 
-// openGorm opens GORM with a pool that keeps its connections: database/sql
-// keeps only 2 idle by default, and reconnecting per statement would dominate
-// every figure.
-func openGorm(dsn string) (*gorm.DB, error) {
-	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		return nil, err
-	}
-	s, err := db.DB()
-	if err != nil {
-		return nil, err
-	}
-	s.SetMaxIdleConns(64)
-	return db, nil
-}
+// openGorm opens GORM with a pool that keeps its connections (see
+// pgtest.OpenPool): reconnecting per statement would dominate every figure.
+func openGorm(dsn string) (*gorm.DB, error) { return pgtest.OpenPool(dsn) }
 
 func closeGorm(db *gorm.DB) {
 	if s, err := db.DB(); err == nil {

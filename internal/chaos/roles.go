@@ -15,9 +15,7 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/inbox"
@@ -64,16 +62,7 @@ func (e env) vars() []string {
 }
 
 func openDB(dsn, app string) (*gorm.DB, error) {
-	db, err := gorm.Open(postgres.Open(pgtest.WithHost(dsn, "", app)), &gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
-	if err != nil {
-		return nil, err
-	}
-	s, err := db.DB()
-	if err != nil {
-		return nil, err
-	}
-	s.SetMaxIdleConns(32)
-	return db, nil
+	return pgtest.OpenPool(pgtest.WithHost(dsn, "", app))
 }
 
 func quiet() *slog.Logger {

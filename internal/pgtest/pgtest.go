@@ -210,3 +210,28 @@ func Setup(t testing.TB, plugin gorm.Plugin, models ...any) (*gorm.DB, string) {
 	}
 	return db, dsn
 }
+
+// OpenPool opens GORM on dsn for a program that runs without a *testing.T (the
+// benchmarks, the chaos run): no logging, no ping at open (the database may be
+// down yet), and a pool that keeps 64 idle connections, since database/sql's
+// default of 2 would make concurrent callers reconnect on most statements.
+func OpenPool(dsn string) (*gorm.DB, error) {
+	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard, DisableAutomaticPing: true})
+	if err != nil {
+		return nil, err
+	}
+	s, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	s.SetMaxIdleConns(64)
+	return db, nil
+}
+
+// DropSchemaAtCleanup drops the schema name, with everything in it, when the
+// test ends: for code under test that creates its own schema.
+func DropSchemaAtCleanup(t testing.TB, name string) {
+	t.Helper()
+	db := Admin(t)
+	t.Cleanup(func() { _, _ = db.Exec(`DROP SCHEMA IF EXISTS ` + name + ` CASCADE`) })
+}
