@@ -2,6 +2,7 @@ package aggregate
 
 import (
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/recorded"
 )
 
 // Aggregate is a model that holds recorded events. Embedding [Root] implements it.
@@ -17,7 +18,9 @@ type Typed interface {
 }
 
 // Identified is implemented by aggregates that give their own id. Without it the
-// id is the primary key (composite keys joined with ":").
+// id is the primary key (composite keys joined with ":"). An Identified
+// aggregate whose AggregateID is empty when it is saved with pending events
+// fails the save (outboxhook.ErrEmptyAggregateID).
 type Identified interface {
 	AggregateID() string
 }
@@ -25,20 +28,17 @@ type Identified interface {
 // Root records an aggregate's events until they are committed to the outbox. Embed
 // it by value in a model; it has no exported fields, so GORM maps no column for it.
 // Methods are not safe for concurrent use, like the model that embeds it.
+//
+// A model copied by value (batch := []Order{*o}) shares the events recorded so
+// far with its original: whichever of the two is saved writes them, once, and
+// the other forgets them when it is saved next. Events recorded after the copy
+// belong to the value they were recorded on.
 type Root struct {
-	pending []*Pending
+	list recorded.List
 }
 
-// Pending is a recorded event waiting to be committed, with the outbox hook's
-// note of which transaction last wrote it. Application code reads only Record.
-type Pending struct {
-	events.Record
-	// Tx is the GORM connection pool (a transaction) that last wrote the event to
-	// the outbox, or nil if it was never written. Set by the outbox hook.
-	Tx any
-	// Xid is the PostgreSQL (sub)transaction id that inserted the outbox row, as a
-	// 64-bit full transaction id; 0 if never written. Set by the outbox hook.
-	Xid int64
+func init() {
+	recorded.Of = func(r any) *recorded.List { return &r.(*Root).list }
 }
 
 // AggregateRoot returns r; it makes every model embedding Root an [Aggregate].
@@ -53,34 +53,20 @@ func (r *Root) Record(e events.Event) {
 // RecordWithMetadata records e with metadata of its own, which wins over metadata
 // attached to the context of the save (events.WithMetadata).
 func (r *Root) RecordWithMetadata(e events.Event, md events.Metadata) {
-	r.pending = append(r.pending, &Pending{Record: events.NewRecord(e, md)})
+	r.list.Add(events.NewRecord(e, md))
 }
 
 // Events returns the events recorded and not yet committed, oldest first.
 func (r *Root) Events() []events.Event {
-	out := make([]events.Event, len(r.pending))
-	for i, p := range r.pending {
-		out[i] = p.Event
+	recs := r.list.Records()
+	out := make([]events.Event, len(recs))
+	for i, rec := range recs {
+		out[i] = rec.Event
 	}
 	return out
 }
 
-// Pending returns the pending events, oldest first. The slice is the Root's own:
-// the outbox hook updates its entries; other code should only read it.
-func (r *Root) Pending() []*Pending { return r.pending }
-
-// Retain keeps only the pending events for which keep returns true, in order. The
-// outbox hook calls it to forget events whose transaction committed.
-func (r *Root) Retain(keep func(*Pending) bool) {
-	kept := r.pending[:0]
-	for _, p := range r.pending {
-		if keep(p) {
-			kept = append(kept, p)
-		}
-	}
-	clear(r.pending[len(kept):])
-	r.pending = kept
-	if len(kept) == 0 {
-		r.pending = nil
-	}
-}
+// Records returns the events recorded and not yet committed with their ids,
+// times and metadata, oldest first. The id of a record is the id of the event
+// in the outbox and of the message the relay publishes.
+func (r *Root) Records() []events.Record { return r.list.Records() }

@@ -16,7 +16,7 @@ type Account struct {
 	aggregate.Root
 }
 
-func TestRecordAndRetain(t *testing.T) {
+func TestRecord(t *testing.T) {
 	var a Account
 	var _ aggregate.Aggregate = &a
 	a.Record(Paid{1})
@@ -26,16 +26,27 @@ func TestRecordAndRetain(t *testing.T) {
 	if len(evs) != 3 || evs[1].(Paid).Amount != 2 {
 		t.Fatalf("events = %v", evs)
 	}
-	p := a.Pending()
+	p := a.Records()
 	if p[1].Metadata["k"] != "v" || p[0].ID == p[1].ID || p[0].ID.Version() != 7 {
 		t.Fatal("records")
 	}
-	a.Retain(func(p *aggregate.Pending) bool { return p.Event.(Paid).Amount != 2 })
-	if evs := a.Events(); len(evs) != 2 || evs[1].(Paid).Amount != 3 {
-		t.Fatalf("after retain: %v", evs)
+}
+
+// A copy by value shares what was recorded before the copy and nothing after:
+// neither writes into the other's events.
+func TestCopyByValue(t *testing.T) {
+	var a Account
+	a.Record(Paid{1})
+	b := a
+	b.Record(Paid{2})
+	a.Record(Paid{3})
+	if got := a.Events(); len(got) != 2 || got[1].(Paid).Amount != 3 {
+		t.Fatalf("original = %v", got)
 	}
-	a.Retain(func(*aggregate.Pending) bool { return false })
-	if a.Pending() != nil {
-		t.Fatal("not empty")
+	if got := b.Events(); len(got) != 2 || got[1].(Paid).Amount != 2 {
+		t.Fatalf("copy = %v", got)
+	}
+	if a.Records()[0].ID != b.Records()[0].ID {
+		t.Fatal("the shared event has two ids")
 	}
 }

@@ -115,7 +115,7 @@ func TestEndToEnd(t *testing.T) {
 				for j := range 5 {
 					o.N = j
 					o.Record(OrderPaid{OrderID: o.ID, N: j})
-					for _, p := range o.Pending() {
+					for _, p := range o.Records() {
 						want[p.ID.String()] = true
 					}
 					if err := db.Save(o).Error; err != nil {

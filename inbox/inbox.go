@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"regexp"
 	"strings"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
@@ -87,8 +87,6 @@ func (c *Config) setDefaults() {
 	}
 }
 
-var tableRe = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$`)
-
 // ErrRetentionTooShort is returned by Validate when Retention does not exceed
 // RetryHorizon.
 var ErrRetentionTooShort = errors.New("inbox: retention does not outlast the relay's retry horizon")
@@ -97,8 +95,8 @@ var ErrRetentionTooShort = errors.New("inbox: retention does not outlast the rel
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
-	if !tableRe.MatchString(c.Table) {
-		errs = append(errs, fmt.Errorf("Table %q is not [schema.]table of plain identifiers", c.Table))
+	if _, err := ident.ParseTable(c.Table); err != nil {
+		errs = append(errs, fmt.Errorf("Table: %w", err))
 	}
 	if c.Retention < 0 || c.CleanupInterval < 0 || c.CleanupBatch < 0 {
 		errs = append(errs, errors.New("Retention, CleanupInterval and CleanupBatch must not be negative"))
@@ -119,7 +117,7 @@ func (c Config) Validate() error {
 type Inbox struct {
 	db      *gorm.DB
 	cfg     Config
-	table   string // quoted
+	table   ident.Table
 	insert  string
 	cleanup string
 	log     *slog.Logger
@@ -135,9 +133,10 @@ func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 	if db == nil {
 		return nil, errors.New("inbox: db is required")
 	}
-	in := &Inbox{db: db, cfg: cfg, table: quote(cfg.Table), log: cfg.Logger.With("component", "herald.inbox")}
-	in.insert = `INSERT INTO ` + in.table + ` (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
-	in.cleanup = `DELETE FROM ` + in.table + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + in.table +
+	in := &Inbox{db: db, cfg: cfg, table: ident.MustTable(cfg.Table), log: cfg.Logger.With("component", "herald.inbox")}
+	t := in.table.Quoted()
+	in.insert = `INSERT INTO ` + t + ` (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
+	in.cleanup = `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + t +
 		` WHERE processed_at < now() - ?::float8 * interval '1 millisecond' LIMIT ?))`
 	if !cfg.DisableAutoCreate {
 		if err := in.ensureTable(context.Background()); err != nil {
@@ -265,7 +264,7 @@ func (in *Inbox) Cleanup(ctx context.Context) (int64, error) {
 		err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			var locked bool
 			// Keyed by the table's oid: tables of one name in other schemas clean apart.
-			if err := tx.Raw(`SELECT pg_try_advisory_xact_lock(hashtext('herald.inbox.cleanup:' || ?::regclass::oid::text))`, in.table).Scan(&locked).Error; err != nil {
+			if err := tx.Raw(`SELECT pg_try_advisory_xact_lock(hashtext('herald.inbox.cleanup:' || ?::regclass::oid::text))`, in.table.Quoted()).Scan(&locked).Error; err != nil {
 				return err
 			}
 			if !locked {
@@ -283,12 +282,4 @@ func (in *Inbox) Cleanup(ctx context.Context) (int64, error) {
 			return total, nil
 		}
 	}
-}
-
-func quote(t string) string {
-	parts := strings.Split(t, ".")
-	for i, p := range parts {
-		parts[i] = `"` + p + `"`
-	}
-	return strings.Join(parts, ".")
 }

@@ -14,7 +14,11 @@ func TestMigrationFileMatchesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(string(file), inbox.SchemaSQL("inbox_messages")) {
+	ddl, err := inbox.SchemaSQL("inbox_messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(file), ddl) {
 		t.Fatalf("migrations/0001_inbox_messages.sql does not end with SchemaSQL(\"inbox_messages\")")
 	}
 }

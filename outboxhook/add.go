@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
@@ -21,7 +21,7 @@ import (
 // It fails with [ErrNotRegistered] when the plugin is not registered on tx, and
 // with the errors of a save ([ErrEncode], [ErrPayloadTooLarge],
 // events.ErrEmptyType, [ErrTableMissing]) before writing anything; a transaction
-// it fails in is aborted, so that it cannot commit without the events.
+// it fails in cannot commit (see [Config.Notify] for when the relay is woken).
 func Add(tx *gorm.DB, evs ...events.Event) error {
 	p, ok := tx.Config.Plugins[Name].(*Plugin)
 	if !ok {
@@ -40,20 +40,45 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 		rec := events.NewRecord(e, nil)
 		enc, err := p.encode(rec, ctxMD)
 		if err != nil {
-			p.abort(tx)
+			p.abort(tx, err)
 			return err
 		}
 		env := events.Envelope{ID: rec.ID, Type: enc.typ, Version: enc.version, OccurredAt: rec.OccurredAt}
 		env.Topic = p.cfg.Topic(&env)
 		b.add(env, enc)
 	}
-	if _, err := p.insertBatch(st.Context, st.ConnPool, &b, false); err != nil {
+	if _, err := p.insertAdded(tx, &b); err != nil {
 		return fmt.Errorf("outboxhook: add: %w", err)
 	}
-	if p.cfg.Notify != nil {
-		p.cfg.Notify()
-	}
 	return nil
+}
+
+// insertAdded inserts events of Add or AddMessages through tx, serializing the
+// writers of the aggregates they name, and wakes the relay: at the commit of
+// tx's transaction when the plugin sees it, else now.
+func (p *Plugin) insertAdded(tx *gorm.DB, b *batch) (int64, error) {
+	ctx, pool := tx.Statement.Context, tx.Statement.ConnPool
+	var locks []int64
+	for _, env := range b.envs {
+		if env.AggregateType != "" || env.AggregateID != "" {
+			locks = append(locks, aggregateLockKey(env.AggregateType, env.AggregateID))
+		}
+	}
+	if err := p.lockAggregates(ctx, pool, locks); err != nil {
+		p.abort(tx, err)
+		return 0, err
+	}
+	n, _, err := p.insertBatch(ctx, pool, b, false)
+	if err != nil {
+		p.abort(tx, err)
+		return 0, err
+	}
+	if t := txnOf(pool); t != nil {
+		t.wrote(nil, true)
+	} else {
+		p.notify()
+	}
+	return n, nil
 }
 
 // DefaultMessageType is the event type AddMessages stores for a message that
@@ -62,11 +87,15 @@ const DefaultMessageType = "message"
 
 // AddMessages writes Watermill messages to the outbox through tx, for the relay
 // to publish to topic: the inbox uses it for the messages a handler returns, so
-// that they are published only if the handler's transaction commits. A message
-// keeps its UUID as the event id when it is a UUID (a new UUIDv7 otherwise), its
-// Herald metadata (type, aggregate, occurred_at; type DefaultMessageType when
-// absent) and its other metadata. Its payload must be JSON. Errors are those of
-// Add.
+// that they are published only if the handler's transaction commits.
+//
+// A message's event id is its UUID when that is a UUID, else a new UUIDv7; the
+// events.MetaID metadata a message may carry (copied from the message a
+// handler received, say) is ignored. Two messages with one id, or a message
+// whose id is already in the outbox, fail with [ErrDuplicateID]: nothing is
+// dropped silently. A message keeps its Herald metadata (type, version,
+// aggregate, occurred_at; type DefaultMessageType when absent) and its other
+// metadata. Its payload must be JSON. Other errors are those of Add.
 func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 	p, ok := tx.Config.Plugins[Name].(*Plugin)
 	if !ok {
@@ -75,51 +104,59 @@ func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 	if len(msgs) == 0 || tx.DryRun {
 		return nil
 	}
-	var b batch
+	if tx.Error != nil {
+		return tx.Error
+	}
+	var (
+		b    batch
+		seen = make(map[uuid.UUID]bool, len(msgs))
+	)
+	fail := func(err error) error {
+		p.abort(tx, err)
+		return err
+	}
 	for _, m := range msgs {
 		env, err := envelopeOf(m, topic)
 		if err != nil {
-			p.abort(tx)
-			return err
+			return fail(err)
 		}
+		if seen[env.ID] {
+			return fail(fmt.Errorf("%w: two messages have id %s", ErrDuplicateID, env.ID))
+		}
+		seen[env.ID] = true
 		enc := encodedEvent{payload: env.Payload, version: env.Version, typ: env.Type, metadata: []byte("{}")}
 		if !json.Valid(env.Payload) {
-			p.abort(tx)
-			return fmt.Errorf("%w: message %s: payload is not JSON", ErrEncode, m.UUID)
+			return fail(fmt.Errorf("%w: message %s: payload is not JSON", ErrEncode, m.UUID))
 		}
 		if len(env.Payload) > p.cfg.MaxPayloadBytes {
-			p.abort(tx)
-			return fmt.Errorf("%w: message %s is %d bytes, limit %d", ErrPayloadTooLarge, m.UUID, len(env.Payload), p.cfg.MaxPayloadBytes)
+			return fail(fmt.Errorf("%w: message %s is %d bytes, limit %d", ErrPayloadTooLarge, m.UUID, len(env.Payload), p.cfg.MaxPayloadBytes))
 		}
 		if len(env.Metadata) > 0 {
 			if enc.metadata, err = json.Marshal(env.Metadata); err != nil {
-				p.abort(tx)
-				return fmt.Errorf("%w: message %s metadata: %w", ErrEncode, m.UUID, err)
+				return fail(fmt.Errorf("%w: message %s metadata: %w", ErrEncode, m.UUID, err))
 			}
 		}
 		b.add(env, enc)
 	}
-	if _, err := p.insertBatch(tx.Statement.Context, tx.Statement.ConnPool, &b, false); err != nil {
+	n, err := p.insertAdded(tx, &b)
+	if err != nil {
 		return fmt.Errorf("outboxhook: add messages: %w", err)
 	}
-	if p.cfg.Notify != nil {
-		p.cfg.Notify()
+	if n < int64(len(msgs)) {
+		return fail(fmt.Errorf("%w: %d of %d messages have ids already in the outbox", ErrDuplicateID, int64(len(msgs))-n, len(msgs)))
 	}
 	return nil
 }
 
 // envelopeOf reads the envelope a message stands for, filling what it lacks.
 func envelopeOf(m *message.Message, topic string) (events.Envelope, error) {
-	env := events.Envelope{Type: DefaultMessageType, Version: 1, OccurredAt: time.Now().UTC()}
+	env := events.Envelope{Type: DefaultMessageType, Version: 1}
 	if m.Metadata.Get(events.MetaType) != "" {
 		e, err := events.FromMessage(m)
 		if err != nil {
 			return events.Envelope{}, fmt.Errorf("outboxhook: %w", err)
 		}
 		env = e
-		if env.OccurredAt.IsZero() {
-			env.OccurredAt = time.Now().UTC()
-		}
 	} else {
 		for k, v := range m.Metadata {
 			if !strings.HasPrefix(k, events.MetaPrefix) {
@@ -130,7 +167,10 @@ func envelopeOf(m *message.Message, topic string) (events.Envelope, error) {
 			}
 		}
 	}
-	if id, err := events.MessageID(m); err == nil {
+	if env.OccurredAt.IsZero() {
+		env.OccurredAt = time.Now().UTC()
+	}
+	if id, err := uuid.Parse(m.UUID); err == nil && id != uuid.Nil {
 		env.ID = id
 	} else {
 		env.ID = events.NewID()

@@ -1,28 +1,29 @@
 package outboxhook
 
 import (
-	"context"
 	"fmt"
 	"reflect"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/schema"
 
-	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/recorded"
 )
 
 // A chain is one run of GORM's create, update or delete callbacks: one statement.
-// Its three Herald callbacks share a chainState, kept in the statement's Settings.
+// Its three Herald callbacks share a chainState, kept in the statement's Settings
+// and checked against the statement (Settings are copied to statements derived
+// from it, which are judged on their own).
 
 type stateKey struct{}
 
 type chainState struct {
-	stmt    *gorm.Statement // the statement it belongs to (Settings are copied to nested statements)
+	stmt    *gorm.Statement // the statement it belongs to
 	roots   []rootRef       // the aggregates in the statement's Model and Dest
-	encoded map[*aggregate.Pending]encodedEvent
-	ownTx   bool          // prepare opened the transaction (SkipDefaultTransaction)
-	tracker *tracker      // set when this chain owns the transaction and will see it end
-	txPool  gorm.ConnPool // that transaction (GORM resets Statement.ConnPool after commit)
+	encoded map[*recorded.Entry]encodedEvent
+	ownTx   bool              // prepare opened the transaction (SkipDefaultTransaction)
+	written []*recorded.Entry // written in ownTx when it is not a txn: marked at its commit
 }
 
 func stateOf(db *gorm.DB) *chainState {
@@ -34,16 +35,6 @@ func stateOf(db *gorm.DB) *chainState {
 	return nil
 }
 
-type trackerKey struct{}
-
-// tracker lists the aggregates written inside one transaction that a chain (the
-// outermost statement) opened, so that when that chain sees the commit succeed it
-// can make all of them, association children included, forget their events. It
-// travels in the statement's context, which nested statements inherit.
-type tracker struct {
-	roots []*aggregate.Root
-}
-
 type encodedEvent struct {
 	payload  []byte
 	metadata []byte
@@ -51,63 +42,84 @@ type encodedEvent struct {
 	typ      string
 }
 
-// prepare runs before the model's Before hooks. It opens a transaction when the
-// statement has events and none is open (SkipDefaultTransaction), settles events
-// left marked by an earlier transaction, and encodes and checks every pending event
-// so that bad input fails the statement before any row is written.
-func (p *Plugin) prepare(db *gorm.DB) {
-	if db.Error != nil || db.DryRun {
-		return
-	}
-	_, tracked := db.Statement.Context.Value(trackerKey{}).(*tracker)
-	_, started := db.InstanceGet("gorm:started_transaction")
-	roots := collectRoots(db.Statement)
-	pending := 0
-	for _, r := range roots {
-		pending += len(r.root.Pending())
-	}
-	if len(roots) == 0 && (tracked || !started) {
-		return // nothing to write, nothing to track
-	}
-	st := &chainState{stmt: db.Statement, roots: roots}
-	db.Statement.Settings.Store(stateKey{}, st)
-	if pending > 0 && !inTransaction(db) {
-		tx := db.Begin()
-		if tx.Error != nil {
-			db.AddError(fmt.Errorf("outboxhook: begin transaction: %w", tx.Error))
+// op is one of GORM's write chains, with the model hooks that run in it: a hook
+// may record events, so a statement whose model has one needs a transaction
+// even when nothing is pending yet.
+type op struct {
+	name  string
+	hooks func(s *schema.Schema) bool
+}
+
+var (
+	opCreate = op{"create", func(s *schema.Schema) bool { return s.BeforeSave || s.BeforeCreate || s.AfterCreate || s.AfterSave }}
+	opUpdate = op{"update", func(s *schema.Schema) bool { return s.BeforeSave || s.BeforeUpdate || s.AfterUpdate || s.AfterSave }}
+	opDelete = op{"delete", func(s *schema.Schema) bool { return s.BeforeDelete || s.AfterDelete }}
+)
+
+// prepare runs before the model's Before hooks. It refuses aggregates it could
+// not update (passed by value), opens a transaction when the statement may
+// write events and none is open (SkipDefaultTransaction), settles events written
+// in transactions whose end it could not see, and encodes and checks every
+// pending event so that bad input fails the statement before any row is written.
+func (p *Plugin) prepare(o op) func(db *gorm.DB) {
+	return func(db *gorm.DB) {
+		if db.Error != nil || db.DryRun {
 			return
 		}
-		db.Statement.ConnPool = tx.Statement.ConnPool
-		st.ownTx, started = true, true
-	}
-	if started && !tracked {
-		st.tracker, st.txPool = &tracker{}, db.Statement.ConnPool
-		db.Statement.Context = context.WithValue(db.Statement.Context, trackerKey{}, st.tracker)
-	}
-	if pending == 0 {
-		return
-	}
-	if err := p.settle(db, roots); err != nil {
-		db.AddError(err)
-		return
-	}
-	st.encoded = make(map[*aggregate.Pending]encodedEvent, pending)
-	ctxMD := events.MetadataFromContext(db.Statement.Context)
-	for _, r := range roots {
-		if len(r.root.Pending()) == 0 {
-			continue
-		}
-		if err := p.checkIDAvailable(db, r); err != nil {
+		roots, err := collectRoots(db.Statement)
+		if err != nil {
 			db.AddError(err)
 			return
 		}
-		for _, pe := range r.root.Pending() {
-			enc, err := p.encode(pe.Record, ctxMD)
-			if err != nil {
+		if len(roots) == 0 {
+			return
+		}
+		pending := 0
+		for _, r := range roots {
+			pending += len(r.list.Pending())
+		}
+		hooks := !db.Statement.SkipHooks && db.Statement.Schema != nil && o.hooks(db.Statement.Schema)
+		if pending == 0 && !hooks {
+			return
+		}
+		st := &chainState{stmt: db.Statement, roots: roots}
+		db.Statement.Settings.Store(stateKey{}, st)
+		if !inTransaction(db) {
+			p.adopt(db)
+			tx := db.Begin()
+			if tx.Error != nil {
+				db.AddError(fmt.Errorf("outboxhook: begin transaction: %w", tx.Error))
+				return
+			}
+			db.Statement.ConnPool = tx.Statement.ConnPool
+			st.ownTx = true
+		}
+		if pending == 0 {
+			return
+		}
+		if err := p.settle(db, roots); err != nil {
+			db.AddError(err)
+			return
+		}
+		st.encoded = make(map[*recorded.Entry]encodedEvent, pending)
+		ctxMD := events.MetadataFromContext(db.Statement.Context)
+		for _, r := range roots {
+			entries := r.list.Pending()
+			if len(entries) == 0 {
+				continue
+			}
+			if err := p.checkIDAvailable(db, r); err != nil {
 				db.AddError(err)
 				return
 			}
-			st.encoded[pe] = enc
+			for _, e := range entries {
+				enc, err := p.encode(e.Record, ctxMD)
+				if err != nil {
+					db.AddError(err)
+					return
+				}
+				st.encoded[e] = enc
+			}
 		}
 	}
 }
@@ -119,7 +131,7 @@ func (p *Plugin) write(db *gorm.DB) {
 		return
 	}
 	st := stateOf(db)
-	if st == nil || len(st.roots) == 0 {
+	if st == nil {
 		return
 	}
 	if db.Statement.RowsAffected == 0 {
@@ -130,108 +142,135 @@ func (p *Plugin) write(db *gorm.DB) {
 	ctxMD := events.MetadataFromContext(db.Statement.Context)
 	var (
 		b       batch
-		written []*aggregate.Pending
-		wrote   []*aggregate.Root
+		written []*recorded.Entry
+		locks   []int64
+		holders int
 	)
 	for _, r := range st.roots {
-		if len(r.root.Pending()) == 0 {
+		entries := r.list.Pending()
+		if len(entries) == 0 {
 			continue
 		}
+		holders++
 		aggType, aggID, err := p.identify(db, r)
 		if err != nil {
 			p.fail(db, err)
 			return
 		}
-		for _, pe := range r.root.Pending() {
-			enc, ok := st.encoded[pe]
-			if !ok { // recorded by an After hook, after prepare
-				if enc, err = p.encode(pe.Record, ctxMD); err != nil {
+		if r.serialize() {
+			locks = append(locks, aggregateLockKey(aggType, aggID))
+		}
+		for _, e := range entries {
+			enc, ok := st.encoded[e]
+			if !ok { // recorded by a hook, after prepare
+				if enc, err = p.encode(e.Record, ctxMD); err != nil {
 					p.fail(db, err)
 					return
 				}
 			}
 			env := events.Envelope{
-				ID: pe.ID, Type: enc.typ, Version: enc.version,
+				ID: e.Record.ID, Type: enc.typ, Version: enc.version,
 				AggregateType: aggType, AggregateID: aggID,
-				OccurredAt: pe.OccurredAt,
+				OccurredAt: e.Record.OccurredAt,
 			}
 			env.Topic = p.cfg.Topic(&env)
 			b.add(env, enc)
-			written = append(written, pe)
+			written = append(written, e)
 		}
-		wrote = append(wrote, r.root)
 	}
 	if len(written) == 0 {
 		return
 	}
-	// In a transaction a chain of ours opened, finish sees the commit: the events
-	// are forgotten then, and no transaction id is needed. In one the caller
-	// opened, the id lets a later save learn whether it committed.
+	if len(st.roots) > 1 && db.Statement.RowsAffected < int64(len(st.roots)) {
+		// Some rows of a multi-row statement were not written (a DELETE of rows
+		// already gone, an insert that skipped conflicting rows), and nothing
+		// says which: writing every aggregate's events could publish events of
+		// rows that were never written, writing none could lose some.
+		p.fail(db, fmt.Errorf("%w: %d of %d rows written, %d aggregates with pending events",
+			ErrPartialWrite, db.Statement.RowsAffected, len(st.roots), holders))
+		return
+	}
 	pool := db.Statement.ConnPool
-	t, tracked := db.Statement.Context.Value(trackerKey{}).(*tracker)
-	xids, err := p.insertBatch(db.Statement.Context, pool, &b, !tracked)
+	ctx := db.Statement.Context
+	if err := p.lockAggregates(ctx, pool, locks); err != nil {
+		p.fail(db, err)
+		return
+	}
+	if t := txnOf(pool); t != nil || st.ownTx {
+		// The end of the transaction will be seen: by the txn, or by finish.
+		if _, _, err := p.insertBatch(ctx, pool, &b, false); err != nil {
+			p.fail(db, err)
+			return
+		}
+		for _, e := range written {
+			e.Unobserved = nil
+		}
+		if t != nil {
+			t.wrote(written, false)
+		} else {
+			st.written = append(st.written, written...)
+		}
+		return
+	}
+	// A transaction this plugin cannot watch (begun on a pool it does not wrap):
+	// note what tells a later save whether it committed.
+	_, tokens, err := p.insertBatch(ctx, pool, &b, true)
 	if err != nil {
 		p.fail(db, err)
 		return
 	}
-	for _, pe := range written {
-		if tracked {
-			pe.Tx, pe.Xid = pool, 0 // 0: if the commit fails, the next save writes them again
-		} else if xid, ok := xids[pe.ID]; ok {
-			pe.Tx, pe.Xid = pool, xid
+	for _, e := range written {
+		if tok, ok := tokens[e.Record.ID]; ok {
+			e.Unobserved = &recorded.Unobserved{Pool: pool, Token: tok}
 		}
 	}
-	if tracked {
-		t.roots = append(t.roots, wrote...)
-	} else if p.cfg.Notify != nil {
-		p.cfg.Notify()
-	}
+	p.notify()
 }
 
-// finish runs after GORM's commit. It commits the transaction prepare opened, and
-// when the chain's own transaction committed, makes every aggregate written in it
-// forget the events it wrote.
+// finish runs after GORM's commit. It ends the transaction prepare opened and,
+// when that was not a txn, marks what the statement wrote committed.
 func (p *Plugin) finish(db *gorm.DB) {
 	st := stateOf(db)
-	if st == nil || st.tracker == nil {
+	if st == nil || !st.ownTx {
 		return
 	}
-	if st.ownTx {
-		if db.Error != nil {
-			db.Rollback()
-		} else {
-			db.Commit()
-		}
-		db.Statement.ConnPool = db.ConnPool
-	}
 	if db.Error != nil {
-		return // rolled back, or the commit failed: the events stay pending
+		db.Rollback()
+	} else {
+		db.Commit()
 	}
-	for _, r := range st.tracker.roots {
-		r.Retain(func(pe *aggregate.Pending) bool { return pe.Tx != st.txPool })
+	db.Statement.ConnPool = db.ConnPool
+	if db.Error == nil && len(st.written) > 0 {
+		for _, e := range st.written {
+			e.MarkCommitted()
+		}
+		p.notify()
 	}
-	if len(st.tracker.roots) > 0 && p.cfg.Notify != nil {
+}
+
+func (p *Plugin) notify() {
+	if p.cfg.Notify != nil {
 		p.cfg.Notify()
 	}
 }
 
-// fail records err on the statement and, when the statement runs in a transaction
-// the caller opened, aborts that transaction in PostgreSQL, so that a caller who
-// ignores the error cannot commit the business row without its events.
+// fail records err on the statement and makes sure its transaction cannot
+// commit: a txn refuses to (unless a savepoint set before is rolled back to);
+// another transaction is aborted in the database.
 func (p *Plugin) fail(db *gorm.DB, err error) {
 	db.AddError(err)
-	if _, tracked := db.Statement.Context.Value(trackerKey{}).(*tracker); tracked {
-		return // GORM or prepare opened the transaction and rolls it back
-	}
-	p.abort(db)
+	p.abort(db, err)
 }
 
-// abort puts the transaction db runs in, if any, into PostgreSQL's failed state:
-// its COMMIT then rolls back.
-func (p *Plugin) abort(db *gorm.DB) {
+// abort makes the transaction db runs in, if any, unable to commit the writes
+// made so far: an outbox write of it failed.
+func (p *Plugin) abort(db *gorm.DB, err error) {
+	if t := txnOf(db.Statement.ConnPool); t != nil {
+		t.fail(err)
+		return
+	}
 	if inTransaction(db) {
-		_, _ = db.Statement.ConnPool.ExecContext(context.WithoutCancel(db.Statement.Context),
-			`DO $$BEGIN RAISE EXCEPTION 'herald: an outbox write of this transaction failed; roll it back'; END$$`)
+		p.abortUnobserved(db)
 	}
 }
 
@@ -240,78 +279,42 @@ func inTransaction(db *gorm.DB) bool {
 	return ok && c != nil && !reflect.ValueOf(c).IsNil()
 }
 
-// settle resolves pending events that an earlier, different transaction wrote:
-// committed ones are forgotten; those of a rolled-back (sub)transaction are written
-// again. Events written earlier in the current transaction are simply written
-// again: the insert ignores rows that exist, and re-inserts those a rolled-back
-// savepoint removed. It costs a query only when such events exist.
+// settle resolves pending events that were written in a transaction this plugin
+// could not watch, other than the current one: committed ones are forgotten;
+// those of a rolled-back transaction are written again. It costs a query only
+// when such events exist.
 func (p *Plugin) settle(db *gorm.DB, roots []rootRef) error {
 	pool := db.Statement.ConnPool
-	var (
-		xids  []int64
-		stale bool
-	)
+	var tokens []int64
 	for _, r := range roots {
-		for _, pe := range r.root.Pending() {
-			if pe.Tx != nil && pe.Tx != pool {
-				stale = true
-				if pe.Xid != 0 {
-					xids = append(xids, pe.Xid)
-				}
+		for _, e := range r.list.Pending() {
+			if u := e.Unobserved; u != nil && u.Pool != pool {
+				tokens = append(tokens, u.Token)
 			}
 		}
 	}
-	if !stale {
+	if len(tokens) == 0 {
 		return nil
 	}
-	status := make(map[int64]string, len(xids))
-	if len(xids) > 0 {
-		if err := queryStatus(db.Statement.Context, pool, xids, status); err != nil {
-			return err
-		}
+	status, err := queryStatus(db.Statement.Context, pool, tokens)
+	if err != nil {
+		return err
 	}
 	for _, r := range roots {
-		r.root.Retain(func(pe *aggregate.Pending) bool {
-			if pe.Tx == nil || pe.Tx == pool {
-				return true
+		for _, e := range r.list.Pending() {
+			u := e.Unobserved
+			if u == nil || u.Pool == pool {
+				continue
 			}
-			switch status[pe.Xid] {
+			switch status[u.Token] {
 			case "committed":
-				return false
+				e.MarkCommitted()
 			case "in progress": // another open transaction: the insert waits for it
-				return true
-			default: // aborted, a failed commit of ours (Xid 0), or too old to know:
-				// write again (same id: the insert or the consumers' inbox dedupe)
-				pe.Tx, pe.Xid = nil, 0
-				return true
+			default: // aborted, or too old to know: write again (same id)
+				e.Unobserved = nil
 			}
-		})
-	}
-	return nil
-}
-
-// queryStatus asks PostgreSQL whether each transaction in xids committed.
-func queryStatus(ctx context.Context, pool gorm.ConnPool, xids []int64, status map[int64]string) error {
-	rows, err := pool.QueryContext(ctx,
-		`SELECT x, pg_xact_status(x::text::xid8) FROM unnest($1::bigint[]) AS x`, xids)
-	if err != nil {
-		return fmt.Errorf("outboxhook: check status of earlier writes: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var (
-			x int64
-			s *string
-		)
-		if err := rows.Scan(&x, &s); err != nil {
-			return fmt.Errorf("outboxhook: check status of earlier writes: %w", err)
 		}
-		if s != nil {
-			status[x] = *s
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("outboxhook: check status of earlier writes: %w", err)
+		r.list.Pending() // drop what committed
 	}
 	return nil
 }

@@ -3,10 +3,9 @@ package outboxhook
 import (
 	"errors"
 	"fmt"
-	"regexp"
-	"strings"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // DefaultTable is the outbox table's default name.
@@ -49,8 +48,6 @@ type Config struct {
 // DefaultTopic is the default [Config].Topic: the event type.
 func DefaultTopic(env *events.Envelope) string { return env.Type }
 
-var identRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
 func (c *Config) setDefaults() {
 	if c.Table == "" {
 		c.Table = DefaultTable
@@ -71,8 +68,8 @@ func (c *Config) setDefaults() {
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
-	if _, _, err := splitTable(c.Table); err != nil {
-		errs = append(errs, err)
+	if _, err := ident.ParseTable(c.Table); err != nil {
+		errs = append(errs, fmt.Errorf("Table: %w", err))
 	}
 	if c.MaxPayloadBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, must be positive", c.MaxPayloadBytes))
@@ -81,22 +78,4 @@ func (c Config) Validate() error {
 		return fmt.Errorf("outboxhook: invalid config: %w", err)
 	}
 	return nil
-}
-
-// splitTable splits "schema.table" or "table" and checks each part is a plain
-// identifier (letters, digits, underscore), so names are safe to quote.
-func splitTable(name string) (schema, table string, err error) {
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
-		return "", "", fmt.Errorf("table %q: at most schema.table", name)
-	}
-	for _, p := range parts {
-		if !identRe.MatchString(p) {
-			return "", "", fmt.Errorf("table %q: %q is not a plain identifier", name, p)
-		}
-	}
-	if len(parts) == 2 {
-		return parts[0], parts[1], nil
-	}
-	return "", parts[0], nil
 }

@@ -16,6 +16,19 @@ var (
 	// ErrTableMissing is returned when the outbox table does not exist and
 	// Config.DisableAutoCreate is set.
 	ErrTableMissing = errors.New("outboxhook: outbox table does not exist")
+	// ErrAggregateByValue is returned when a statement is given an aggregate
+	// with pending events by value (db.Save(order) instead of db.Save(&order)):
+	// the hook could not make it forget the events it writes, so it writes none
+	// and fails the save. Pass a pointer.
+	ErrAggregateByValue = errors.New("outboxhook: aggregate with pending events passed by value; pass a pointer")
+	// ErrPartialWrite is returned when a statement over several aggregates with
+	// pending events wrote only some of their rows (a DELETE of rows already
+	// gone, an insert that skipped existing rows): which rows were written is
+	// unknown, so no event is written and the save fails. Save them one by one.
+	ErrPartialWrite = errors.New("outboxhook: a multi-row write wrote only some of its rows")
+	// ErrDuplicateID is returned by [AddMessages] for messages whose ids collide
+	// with each other or with an event already in the outbox.
+	ErrDuplicateID = errors.New("outboxhook: message id already used")
 	// ErrNotRegistered is returned by [Add] on a *gorm.DB without the plugin.
 	ErrNotRegistered = errors.New("outboxhook: plugin not registered on this *gorm.DB (db.Use(outboxhook.New(...)))")
 )

@@ -179,7 +179,7 @@ func wantTypes(t *testing.T, db *gorm.DB, want ...string) []row {
 func wantNoPending(t *testing.T, aggs ...aggregate.Aggregate) {
 	t.Helper()
 	for _, a := range aggs {
-		if n := len(a.AggregateRoot().Pending()); n != 0 {
+		if n := len(a.AggregateRoot().Records()); n != 0 {
 			t.Fatalf("%T still holds %d pending events after commit", a, n)
 		}
 	}
@@ -187,7 +187,7 @@ func wantNoPending(t *testing.T, aggs ...aggregate.Aggregate) {
 
 func wantPending(t *testing.T, a aggregate.Aggregate, n int) {
 	t.Helper()
-	if got := len(a.AggregateRoot().Pending()); got != n {
+	if got := len(a.AggregateRoot().Records()); got != n {
 		t.Fatalf("%T holds %d pending events, want %d", a, got, n)
 	}
 }

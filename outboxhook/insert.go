@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // encode turns a record into what the outbox stores, checking its type and size.
@@ -77,8 +78,8 @@ func (b *batch) args() []any {
 // the 32-bit id of the (sub)transaction that inserted it (xmin) and the current
 // top-level transaction id, from which xid64 widens the former. Rows that exist
 // are left alone.
-func insertSQL(table string) (sql [2][2]string) {
-	head := `INSERT INTO ` + quoteTable(table) + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at) `
+func insertSQL(table ident.Table) (sql [2][2]string) {
+	head := `INSERT INTO ` + table.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at) `
 	rows := [2]string{
 		`VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 		`SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])`,
@@ -107,27 +108,22 @@ func xid64(xmin, top int64) int64 {
 	return epoch<<32 | xmin
 }
 
-func quoteTable(table string) string {
-	schema, name, _ := splitTable(table)
-	if schema == "" {
-		return `"` + name + `"`
-	}
-	return `"` + schema + `"."` + name + `"`
-}
-
-// insertBatch runs the insert on pool. With returning it also returns, by event
-// id, the id of the (sub)transaction that inserted each row it inserted.
-func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch, returning bool) (map[uuid.UUID]int64, error) {
+// insertBatch runs the insert on pool and returns how many rows it inserted
+// (rows that exist are left alone). With returning it also returns, by event
+// id, a token that tells later whether the inserting transaction committed.
+func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch, returning bool) (int64, map[uuid.UUID]int64, error) {
 	query, args := p.insert[min(len(b.envs)-1, 1)][btoi(returning)], b.args()
 	if !returning {
-		if _, err := pool.ExecContext(ctx, query, args...); err != nil {
-			return nil, p.insertError(err)
+		res, err := pool.ExecContext(ctx, query, args...)
+		if err != nil {
+			return 0, nil, p.insertError(err)
 		}
-		return nil, nil
+		n, _ := res.RowsAffected()
+		return n, nil, nil
 	}
 	rows, err := pool.QueryContext(ctx, query, args...)
 	if err != nil {
-		return nil, p.insertError(err)
+		return 0, nil, p.insertError(err)
 	}
 	defer rows.Close()
 	out := make(map[uuid.UUID]int64, len(b.envs))
@@ -137,18 +133,18 @@ func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch, 
 			xmin, top int64
 		)
 		if err := rows.Scan(&id, &xmin, &top); err != nil {
-			return nil, p.insertError(err)
+			return 0, nil, p.insertError(err)
 		}
 		u, err := uuid.Parse(id)
 		if err != nil {
-			return nil, p.insertError(err)
+			return 0, nil, p.insertError(err)
 		}
 		out[u] = xid64(xmin, top)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, p.insertError(err)
+		return 0, nil, p.insertError(err)
 	}
-	return out, nil
+	return int64(len(out)), out, nil
 }
 
 func btoi(b bool) int {

@@ -389,9 +389,9 @@ func TestRolledBackSaveRetried(t *testing.T) {
 		t.Fatal("rolled back events visible")
 	}
 	wantPending(t, o, 2)
+	pending := o.Records()
 	must(t, db.Transaction(func(tx *gorm.DB) error { return tx.Create(o).Error }))
 	rows := wantTypes(t, db, "order.placed", "order.paid")
-	pending := o.Pending()
 	if rows[0].ID != pending[0].ID || rows[1].ID != pending[1].ID {
 		t.Fatal("retry wrote events under new ids")
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // Name is the plugin's name in gorm.Config.Plugins.
@@ -15,7 +17,11 @@ const Name = "herald:outbox"
 // outbox table, in the transaction of the statement that saves them.
 type Plugin struct {
 	cfg    Config
+	table  ident.Table
 	insert [2][2]string // the INSERTs, by [several events][returning ids]
+
+	raw     gorm.ConnPool // the pool wrapped at db.Use
+	wrapped *pool         // its wrapper
 }
 
 // New returns the plugin for cfg; register it with db.Use. The config is checked
@@ -46,41 +52,44 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.cfg.Validate(); err != nil {
 		return err
 	}
-	p.insert = insertSQL(p.cfg.Table)
+	p.table = ident.MustTable(p.cfg.Table) // checked by Validate
+	p.insert = insertSQL(p.table)
 	if !p.cfg.DisableAutoCreate {
-		if err := ensureTable(context.Background(), db, p.cfg.Table); err != nil {
+		if err := ensureTable(context.Background(), db, p.table); err != nil {
 			return err
 		}
 	}
+	p.wrapPool(db)
 	cb := db.Callback()
 	create, update, del := cb.Create(), cb.Update(), cb.Delete()
 	chains := []struct {
-		op            string
+		op            op
 		before, after string // the model's Before and After hooks
 		get           func(name string) func(*gorm.DB)
 		register      func(before, after, name string, fn func(*gorm.DB)) error
 	}{
-		{"create", "gorm:before_create", "gorm:after_create", create.Get,
+		{opCreate, "gorm:before_create", "gorm:after_create", create.Get,
 			func(b, a, n string, fn func(*gorm.DB)) error { return create.Before(b).After(a).Register(n, fn) }},
-		{"update", "gorm:before_update", "gorm:after_update", update.Get,
+		{opUpdate, "gorm:before_update", "gorm:after_update", update.Get,
 			func(b, a, n string, fn func(*gorm.DB)) error { return update.Before(b).After(a).Register(n, fn) }},
-		{"delete", "gorm:before_delete", "gorm:after_delete", del.Get,
+		{opDelete, "gorm:before_delete", "gorm:after_delete", del.Get,
 			func(b, a, n string, fn func(*gorm.DB)) error { return del.Before(b).After(a).Register(n, fn) }},
 	}
 	const commit = "gorm:commit_or_rollback_transaction"
 	for _, c := range chains {
-		write := "herald:outbox_write_" + c.op
+		write := "herald:outbox_write_" + c.op.name
 		finishAfter := commit
 		if c.get(commit) == nil { // SkipDefaultTransaction at gorm.Open: GORM did not register it
 			finishAfter = write
 		}
 		err := errors.Join(
-			c.register(c.before, "", "herald:outbox_prepare_"+c.op, p.prepare),
+			c.register("*", "", "herald:outbox_adopt_"+c.op.name, p.adopt),
+			c.register(c.before, "", "herald:outbox_prepare_"+c.op.name, p.prepare(c.op)),
 			c.register(commit, c.after, write, p.write),
-			c.register("", finishAfter, "herald:outbox_finish_"+c.op, p.finish),
+			c.register("", finishAfter, "herald:outbox_finish_"+c.op.name, p.finish),
 		)
 		if err != nil {
-			return fmt.Errorf("outboxhook: register %s callbacks: %w", c.op, err)
+			return fmt.Errorf("outboxhook: register %s callbacks: %w", c.op.name, err)
 		}
 	}
 	return nil

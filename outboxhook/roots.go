@@ -9,23 +9,40 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/internal/recorded"
 )
 
 // rootRef is an aggregate found in a statement's model or destination.
 type rootRef struct {
 	root   *aggregate.Root
-	model  any           // pointer to the model that embeds root
-	value  reflect.Value // the model struct
+	list   *recorded.List // root's events
+	model  any            // pointer to the model that embeds root
+	value  reflect.Value  // the model struct
 	schema *schema.Schema
+}
+
+// serialize reports whether writers of this aggregate's events must be
+// serialized by a lock: its type or id is not (only) its row's, so two
+// transactions can write its events without touching one common row, whose lock
+// would otherwise order them.
+func (r rootRef) serialize() bool {
+	_, typed := r.model.(aggregate.Typed)
+	_, identified := r.model.(aggregate.Identified)
+	return typed || identified
 }
 
 var aggregateType = reflect.TypeFor[aggregate.Aggregate]()
 
-// collectRoots finds the aggregates, with or without pending events, in the statement's Model
-// and Dest: a pointer to a struct, or a slice or array of structs or pointers.
-// Values that cannot be addressed (a struct passed by value) are skipped.
-func collectRoots(st *gorm.Statement) []rootRef {
-	var out []rootRef
+// collectRoots finds the aggregates, with or without pending events, in the
+// statement's Model and Dest: a pointer to a struct, or a slice or array of
+// structs or pointers. An aggregate passed by value cannot be told that its
+// events were written: if it has pending events, the statement fails with
+// ErrAggregateByValue.
+func collectRoots(st *gorm.Statement) ([]rootRef, error) {
+	var (
+		out   []rootRef
+		byVal error
+	)
 	seen := map[*aggregate.Root]bool{}
 	visit := func(v reflect.Value) {
 		for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
@@ -34,20 +51,24 @@ func collectRoots(st *gorm.Statement) []rootRef {
 			}
 			v = v.Elem()
 		}
-		if v.Kind() != reflect.Struct || !v.CanAddr() {
+		if v.Kind() != reflect.Struct || !reflect.PointerTo(v.Type()).Implements(aggregateType) {
 			return
 		}
-		ptr := v.Addr()
-		if !ptr.Type().Implements(aggregateType) {
+		if !v.CanAddr() {
+			cp := reflect.New(v.Type())
+			cp.Elem().Set(v)
+			if n := len(recorded.Of(cp.Interface().(aggregate.Aggregate).AggregateRoot()).Pending()); n > 0 && byVal == nil {
+				byVal = fmt.Errorf("%w: %s with %d pending events", ErrAggregateByValue, v.Type(), n)
+			}
 			return
 		}
-		agg := ptr.Interface().(aggregate.Aggregate)
+		agg := v.Addr().Interface().(aggregate.Aggregate)
 		r := agg.AggregateRoot()
 		if r == nil || seen[r] {
 			return
 		}
 		seen[r] = true
-		out = append(out, rootRef{root: r, model: agg, value: v})
+		out = append(out, rootRef{root: r, list: recorded.Of(r), model: agg, value: v})
 	}
 	for _, x := range []any{st.Model, st.Dest} {
 		if x == nil {
@@ -69,12 +90,15 @@ func collectRoots(st *gorm.Statement) []rootRef {
 			visit(v)
 		}
 	}
+	if byVal != nil {
+		return nil, byVal
+	}
 	for i := range out {
 		if st.Schema != nil && out[i].value.Type() == st.Schema.ModelType {
 			out[i].schema = st.Schema
 		}
 	}
-	return out
+	return out, nil
 }
 
 func ptrOrStructElems(t reflect.Type) bool {
@@ -123,7 +147,9 @@ func (p *Plugin) identify(db *gorm.DB, r rootRef) (string, string, error) {
 		typ = t.AggregateType()
 	}
 	if i, ok := r.model.(aggregate.Identified); ok {
-		id = i.AggregateID()
+		if id = i.AggregateID(); id == "" {
+			return "", "", fmt.Errorf("%w: %T.AggregateID() returned \"\"", ErrEmptyAggregateID, r.model)
+		}
 	}
 	if typ == "" || id == "" {
 		s, err := p.schemaOf(db, r)

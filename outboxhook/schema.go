@@ -6,28 +6,33 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // SchemaSQL returns the PostgreSQL DDL that creates the outbox table named table
 // (optionally schema-qualified) and its pending-rows index, if missing. For the
-// default name it is the content of migrations/0001_outbox_messages.sql.
+// default name it is the content of migrations/0001_outbox_messages.sql. It fails
+// for a name Config.Validate would refuse.
 //
 // Columns: id is the event's UUIDv7; seq is the insertion order (per aggregate it
-// is commit order, since an aggregate's write locks its row); available_at is when
-// the relay may next try the row; attempts, last_error, first_failed_at,
-// processed_at and dead_at are the relay's bookkeeping. The partial index keeps the relay off processed and
-// dead rows.
+// is commit order: the writers of one aggregate are serialized); available_at is
+// when the relay may next try the row; attempts counts failed publishes, strikes
+// those of them that happened while the publisher was shown to work (the relay
+// kills an event at MaxAttempts strikes, so that an outage kills nothing);
+// last_error, last_failed_at, processed_at and dead_at are the relay's
+// bookkeeping. The partial index keeps the relay off processed and dead rows.
 func SchemaSQL(table string) (string, error) {
-	schema, name, err := splitTable(table)
+	t, err := ident.ParseTable(table)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("outboxhook: %w", err)
 	}
-	qualified := name
-	if schema != "" {
-		qualified = schema + "." + name
-	}
-	r := strings.NewReplacer("{{table}}", qualified, "{{name}}", name)
-	return r.Replace(schemaTemplate), nil
+	return schemaSQL(t), nil
+}
+
+func schemaSQL(t ident.Table) string {
+	r := strings.NewReplacer("{{table}}", t.Quoted(), "{{index}}", t.Derived("_pending_idx").Name.Quoted())
+	return r.Replace(schemaTemplate)
 }
 
 const schemaTemplate = `CREATE TABLE IF NOT EXISTS {{table}} (
@@ -44,18 +49,19 @@ const schemaTemplate = `CREATE TABLE IF NOT EXISTS {{table}} (
     created_at     timestamptz NOT NULL DEFAULT now(),
     available_at   timestamptz NOT NULL DEFAULT now(),
     attempts       int         NOT NULL DEFAULT 0,
+    strikes        int         NOT NULL DEFAULT 0,
     last_error     text,
-    first_failed_at timestamptz,
+    last_failed_at timestamptz,
     processed_at   timestamptz,
     dead_at        timestamptz
 );
-CREATE INDEX IF NOT EXISTS {{name}}_pending_idx ON {{table}} (available_at, id)
+CREATE INDEX IF NOT EXISTS {{index}} ON {{table}} (available_at, id)
     WHERE processed_at IS NULL AND dead_at IS NULL;
 `
 
 // ensureTable creates the outbox table when it is missing. It checks first, so a
 // role without CREATE rights never issues DDL against a table that exists.
-func ensureTable(ctx context.Context, db *gorm.DB, table string) error {
+func ensureTable(ctx context.Context, db *gorm.DB, table ident.Table) error {
 	exists, err := tableExists(ctx, db, table)
 	if err != nil {
 		return err
@@ -63,10 +69,7 @@ func ensureTable(ctx context.Context, db *gorm.DB, table string) error {
 	if exists {
 		return nil
 	}
-	ddl, err := SchemaSQL(table)
-	if err != nil {
-		return err
-	}
+	ddl := schemaSQL(table)
 	sqlDB, err := db.DB()
 	if err != nil {
 		return fmt.Errorf("outboxhook: create table %s: %w", table, err)
@@ -83,9 +86,9 @@ func ensureTable(ctx context.Context, db *gorm.DB, table string) error {
 	return nil
 }
 
-func tableExists(ctx context.Context, db *gorm.DB, table string) (bool, error) {
+func tableExists(ctx context.Context, db *gorm.DB, table ident.Table) (bool, error) {
 	var found *string
-	if err := db.WithContext(ctx).Raw("SELECT to_regclass(?)::text", table).Scan(&found).Error; err != nil {
+	if err := db.WithContext(ctx).Raw("SELECT to_regclass(?)::text", table.Quoted()).Scan(&found).Error; err != nil {
 		return false, fmt.Errorf("outboxhook: look up table %s: %w", table, err)
 	}
 	return found != nil, nil

@@ -147,7 +147,7 @@ func (r *Relay) cleanupBatch(ctx context.Context) (int64, bool, error) {
 	var locked bool
 	// Keyed by the table's oid: tables of one name in other schemas clean apart.
 	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock(hashtext('herald.cleanup:' || $1::regclass::oid::text))`,
-		quoteTable(r.cfg.Table)).Scan(&locked); err != nil {
+		r.table.Quoted()).Scan(&locked); err != nil {
 		return 0, false, err
 	}
 	if !locked {

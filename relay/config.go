@@ -5,11 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"regexp"
-	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // Config configures a Relay. The zero value is ready to use.
@@ -133,11 +132,6 @@ func setDefault[T comparable](v *T, def T) {
 	}
 }
 
-var (
-	tableRe   = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*\.)?[A-Za-z_][A-Za-z0-9_]*$`)
-	channelRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-)
-
 // Validate reports what is wrong with c after defaults are applied.
 func (c Config) Validate() error {
 	c.setDefaults()
@@ -147,8 +141,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	check(tableRe.MatchString(c.Table), "Table %q is not [schema.]table of plain identifiers", c.Table)
-	check(channelRe.MatchString(c.Channel), "Channel %q is not a plain identifier", c.Channel)
+	if _, err := ident.ParseTable(c.Table); err != nil {
+		errs = append(errs, fmt.Errorf("Table: %w", err))
+	}
+	if _, err := ident.ParseName(c.Channel); err != nil {
+		errs = append(errs, fmt.Errorf("Channel: %w", err))
+	}
 	check(c.BatchSize > 0, "BatchSize is %d, must be positive", c.BatchSize)
 	check(c.PollInterval > 0, "PollInterval is %v, must be positive", c.PollInterval)
 	check(c.PublishTimeout > 0, "PublishTimeout is %v, must be positive", c.PublishTimeout)
@@ -190,20 +188,4 @@ func backoff(minB, maxB time.Duration, n int) time.Duration {
 		}
 	}
 	return min(d, maxB)
-}
-
-func quoteTable(t string) string {
-	parts := strings.Split(t, ".")
-	for i, p := range parts {
-		parts[i] = `"` + p + `"`
-	}
-	return strings.Join(parts, ".")
-}
-
-// baseName is the table name without its schema, for naming indexes.
-func baseName(t string) string {
-	if i := strings.LastIndexByte(t, '.'); i >= 0 {
-		return t[i+1:]
-	}
-	return t
 }

@@ -45,7 +45,7 @@ func Example() {
 
 	a := &Account{ID: uuid.New()}
 	a.Record(Deposited{AccountID: a.ID, Seq: 1})
-	eventID := a.Pending()[0].ID
+	eventID := a.Records()[0].ID
 	if err := db.Create(a).Error; err != nil {
 		log.Fatal(err)
 	}

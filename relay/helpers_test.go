@@ -67,7 +67,7 @@ func (e *env) write(n, k int) map[uuid.UUID][]uuid.UUID {
 		for i := range k {
 			a.Record(Deposited{AccountID: a.ID, Seq: i})
 		}
-		for _, p := range a.Pending() {
+		for _, p := range a.Records() {
 			out[a.ID] = append(out[a.ID], p.ID)
 		}
 		if err := e.db.Create(a).Error; err != nil {

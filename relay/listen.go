@@ -10,6 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // listen holds one connection in LISTEN on the wake-up channel and wakes the
@@ -39,7 +41,8 @@ func listenOnce(ctx context.Context, db *sql.DB, channel string, wake func()) er
 		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		_ = conn.Close()
 	}()
-	if _, err := conn.ExecContext(ctx, `LISTEN `+channel); err != nil {
+	// Quoted: LISTEN folds an unquoted name to lower case, pg_notify does not.
+	if _, err := conn.ExecContext(ctx, `LISTEN `+ident.Name(channel).Quoted()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	wake()
@@ -86,8 +89,8 @@ func NewNotifier(db *gorm.DB, cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Channel == "" {
 		cfg.Channel = DefaultChannel
 	}
-	if !channelRe.MatchString(cfg.Channel) {
-		return nil, fmt.Errorf("relay: notifier channel %q is not a plain identifier", cfg.Channel)
+	if _, err := ident.ParseName(cfg.Channel); err != nil {
+		return nil, fmt.Errorf("relay: notifier channel: %w", err)
 	}
 	if cfg.MinInterval <= 0 {
 		cfg.MinInterval = time.Millisecond

@@ -14,7 +14,14 @@ func TestMigrationFileMatchesSchema(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasSuffix(string(file), relay.SchemaSQL("outbox_messages")) {
-		t.Fatalf("migrations/0001_relay.sql does not end with SchemaSQL(\"outbox_messages\"):\n%s", relay.SchemaSQL("outbox_messages"))
+	ddl, err := relay.SchemaSQL("outbox_messages")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(file), ddl) {
+		t.Fatalf("migrations/0001_relay.sql does not end with SchemaSQL(\"outbox_messages\"):\n%s", ddl)
+	}
+	if _, err := relay.SchemaSQL("bad name"); err == nil {
+		t.Fatal("SchemaSQL accepted a bad name")
 	}
 }

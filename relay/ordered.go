@@ -27,12 +27,8 @@ type leaseQueries struct {
 }
 
 func newLeases(r *Relay) *leases {
-	prefix, name := "", baseName(r.cfg.Table)
-	if i := len(r.cfg.Table) - len(name) - 1; i > 0 {
-		prefix = quoteTable(r.cfg.Table[:i]) + "."
-	}
-	lt := prefix + `"` + name + `_leases"`
-	rt := prefix + `"` + name + `_relays"`
+	lt := r.table.Derived("_leases").Quoted()
+	rt := r.table.Derived("_relays").Quoted()
 	return &leases{r: r, until: map[int]time.Time{}, q: leaseQueries{
 		seed: `INSERT INTO ` + lt + ` (partition) SELECT generate_series(0, $1 - 1) ON CONFLICT DO NOTHING`,
 		heartbeat: `INSERT INTO ` + rt + ` (instance, seen_at) VALUES ($1, now())

@@ -82,7 +82,7 @@ func TestThreeOrderedRelaysOneKilled(t *testing.T) {
 	for i := range accounts {
 		accounts[i] = &Account{ID: uuid.New()}
 		accounts[i].Record(Deposited{AccountID: accounts[i].ID})
-		ids[accounts[i].ID] = append(ids[accounts[i].ID], accounts[i].Pending()[0].ID)
+		ids[accounts[i].ID] = append(ids[accounts[i].ID], accounts[i].Records()[0].ID)
 		if err := e.db.Create(accounts[i]).Error; err != nil {
 			t.Fatal(err)
 		}
@@ -92,7 +92,7 @@ func TestThreeOrderedRelaysOneKilled(t *testing.T) {
 		for _, a := range accounts {
 			a.Balance++
 			a.Record(Deposited{AccountID: a.ID, Seq: round})
-			ids[a.ID] = append(ids[a.ID], a.Pending()[0].ID)
+			ids[a.ID] = append(ids[a.ID], a.Records()[0].ID)
 			if err := e.db.Save(a).Error; err != nil {
 				t.Fatal(err)
 			}

@@ -15,11 +15,14 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
 type Relay struct {
 	cfg    Config
+	table  ident.Table
 	db     *sql.DB
 	pub    message.Publisher
 	q      queries
@@ -54,14 +57,16 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
+	table := ident.MustTable(cfg.Table) // checked by Validate
 	r := &Relay{
-		cfg:  cfg,
-		db:   sqlDB,
-		pub:  pub,
-		q:    newQueries(cfg.Table),
-		log:  cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
-		wake: make(chan struct{}, 1),
-		m:    newMetrics(cfg.Table),
+		cfg:   cfg,
+		table: table,
+		db:    sqlDB,
+		pub:   pub,
+		q:     newQueries(table),
+		log:   cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
+		wake:  make(chan struct{}, 1),
+		m:     newMetrics(cfg.Table),
 
 		failLog: newLimiter(30 * time.Second),
 	}

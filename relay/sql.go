@@ -3,6 +3,8 @@ package relay
 import (
 	"fmt"
 	"strings"
+
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // queries holds the relay's SQL for one outbox table.
@@ -34,11 +36,10 @@ const pending = `processed_at IS NULL AND dead_at IS NULL`
 // which at-least-once delivery allows. It saves the relay a disk flush per batch.
 const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS herald_async`
 
-func newQueries(table string) queries {
-	t := quoteTable(table)
-	name := baseName(table)
+func newQueries(table ident.Table) queries {
+	t := table.Quoted()
 	cols := `o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts`
-	r := strings.NewReplacer("{async}", asyncCommit, "{t}", t, "{name}", name, "{cols}", cols, "{pending}", pending, "{part}", partitionExpr)
+	r := strings.NewReplacer("{async}", asyncCommit, "{t}", t, "{cols}", cols, "{pending}", pending, "{part}", partitionExpr)
 	return queries{
 		// The pending index (available_at, id) serves this scan in order; locked
 		// rows are skipped, so instances share the work.
@@ -68,11 +69,11 @@ ORDER BY o.seq LIMIT $1`),
 		markFailed: r.Replace(`UPDATE {t} AS o SET
   attempts = CASE WHEN f.poison OR NOT f.last OR f.works THEN o.attempts + 1 ELSE o.attempts END,
   last_error = f.err,
-  first_failed_at = coalesce(o.first_failed_at, now()),
+  last_failed_at = coalesce(o.last_failed_at, now()),
   available_at = now() + least($3::float8 * power(2, least(o.attempts, 40)), $4::float8) * (0.5 + random() / 2) * interval '1 millisecond',
   dead_at = CASE WHEN f.poison OR (f.last AND f.works) THEN now() END
 FROM (SELECT u.id, u.err, u.poison, o2.attempts + 1 >= $5 AS last,
-        $7::timestamptz >= coalesce(o2.first_failed_at, now()) AS works
+        $7::timestamptz >= coalesce(o2.last_failed_at, now()) AS works
       FROM unnest($1::uuid[], $2::text[], $6::bool[]) AS u(id, err, poison)
       JOIN {t} o2 ON o2.id = u.id) AS f
 WHERE o.id = f.id
@@ -84,9 +85,9 @@ WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 AND available_at
   (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
   (SELECT extract(epoch FROM now() - min(created_at)) FROM {t} WHERE {pending})`),
 		dead: r.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT $1`),
-		requeue: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, first_failed_at = NULL, available_at = now()
+		requeue: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, last_failed_at = NULL, available_at = now()
 WHERE id = $1 AND dead_at IS NOT NULL`),
-		requeueAll: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, first_failed_at = NULL, available_at = now()
+		requeueAll: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, last_failed_at = NULL, available_at = now()
 WHERE dead_at IS NOT NULL`),
 		cleanup: r.Replace(`DELETE FROM {t} WHERE id IN (
   SELECT id FROM {t} WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`),
@@ -105,45 +106,47 @@ type ddl struct {
 // schemaStatements are the relay's additions to the outbox: the partition lease
 // and instance tables of ordered mode, and the indexes for ordered claims, dead
 // events and retention. Each is created when missing.
-func schemaStatements(table string) []ddl {
-	t, name := quoteTable(table), baseName(table)
-	prefix := ""
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		prefix = quoteTable(table[:i]) + "."
-	}
+func schemaStatements(table ident.Table) []ddl {
+	t := table.Quoted()
 	obj := func(suffix, format string, args ...any) ddl {
-		return ddl{name: prefix + `"` + name + suffix + `"`, sql: fmt.Sprintf(format, args...)}
+		return ddl{name: table.Derived(suffix).Quoted(), sql: fmt.Sprintf(format, args...)}
 	}
 	required := func(d ddl) ddl {
 		d.required = true
 		return d
 	}
+	idx := func(suffix string) string { return table.Derived(suffix).Name.Quoted() }
 	return []ddl{
-		required(obj("_leases", `CREATE TABLE IF NOT EXISTS %s"%s_leases" (
+		required(obj("_leases", `CREATE TABLE IF NOT EXISTS %s (
     partition  int         PRIMARY KEY,
     owner      text        NOT NULL DEFAULT '',
     expires_at timestamptz NOT NULL DEFAULT '-infinity'
-)`, prefix, name)),
-		required(obj("_relays", `CREATE TABLE IF NOT EXISTS %s"%s_relays" (
+)`, table.Derived("_leases").Quoted())),
+		required(obj("_relays", `CREATE TABLE IF NOT EXISTS %s (
     instance text        PRIMARY KEY,
     seen_at  timestamptz NOT NULL
-)`, prefix, name)),
-		obj("_ordered_idx", `CREATE INDEX IF NOT EXISTS "%s_ordered_idx" ON %s (seq) WHERE %s`, name, t, pending),
-		obj("_aggregate_idx", `CREATE INDEX IF NOT EXISTS "%s_aggregate_idx" ON %s (aggregate_type, aggregate_id, seq) WHERE %s`, name, t, pending),
-		obj("_dead_idx", `CREATE INDEX IF NOT EXISTS "%s_dead_idx" ON %s (dead_at) WHERE dead_at IS NOT NULL`, name, t),
-		obj("_processed_idx", `CREATE INDEX IF NOT EXISTS "%s_processed_idx" ON %s (processed_at) WHERE processed_at IS NOT NULL`, name, t),
+)`, table.Derived("_relays").Quoted())),
+		obj("_ordered_idx", `CREATE INDEX IF NOT EXISTS %s ON %s (seq) WHERE %s`, idx("_ordered_idx"), t, pending),
+		obj("_aggregate_idx", `CREATE INDEX IF NOT EXISTS %s ON %s (aggregate_type, aggregate_id, seq) WHERE %s`, idx("_aggregate_idx"), t, pending),
+		obj("_dead_idx", `CREATE INDEX IF NOT EXISTS %s ON %s (dead_at) WHERE dead_at IS NOT NULL`, idx("_dead_idx"), t),
+		obj("_processed_idx", `CREATE INDEX IF NOT EXISTS %s ON %s (processed_at) WHERE processed_at IS NOT NULL`, idx("_processed_idx"), t),
 	}
 }
 
 // SchemaSQL returns the DDL of the relay's additions to the outbox table named
 // table (see the outboxhook package for the table itself). For the default name
 // it is the content of migrations/0001_relay.sql; run it as the table's owner when
-// the relay's role may not create objects.
-func SchemaSQL(table string) string {
+// the relay's role may not create objects. It fails for a name that
+// Config.Validate would refuse.
+func SchemaSQL(table string) (string, error) {
+	t, err := ident.ParseTable(table)
+	if err != nil {
+		return "", fmt.Errorf("relay: %w", err)
+	}
 	var b strings.Builder
-	for _, s := range schemaStatements(table) {
+	for _, s := range schemaStatements(t) {
 		b.WriteString(s.sql)
 		b.WriteString(";\n")
 	}
-	return b.String()
+	return b.String(), nil
 }

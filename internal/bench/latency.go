@@ -167,7 +167,7 @@ func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writ
 				<-t.C
 				o := &latOrder{ID: uuid.New()}
 				o.Record(orderPlaced{OrderID: o.ID, Amount: 1})
-				id := o.Pending()[0].ID.String()
+				id := o.Records()[0].ID.String()
 				t0 := time.Now()
 				if err := db.Create(o).Error; err != nil {
 					mu.Lock()

@@ -108,7 +108,11 @@ func orchestrate(args []string) (bool, error) {
 	if err := db.AutoMigrate(&Account{}, &Effect{}); err != nil {
 		return false, err
 	}
-	if err := db.Exec(relay.SchemaSQL("outbox_messages")).Error; err != nil {
+	relayDDL, err := relay.SchemaSQL("outbox_messages")
+	if err != nil {
+		return false, err
+	}
+	if err := db.Exec(relayDDL).Error; err != nil {
 		return false, err
 	}
 	if _, err := inbox.New(db, inbox.Config{}); err != nil {
@@ -208,7 +212,7 @@ func orchestrate(args []string) (bool, error) {
 				// Only the event recorded now: earlier ones may still be pending
 				// on the aggregate (committed in a transaction the hook did not
 				// see end; the next save settles them).
-				pending := a.Pending()
+				pending := a.Records()
 				ids := []string{pending[len(pending)-1].ID.String()}
 				rollback := rand.IntN(10) == 0
 				err := db.Transaction(func(tx *gorm.DB) error {

@@ -1,6 +1,6 @@
 -- Herald outbox table (PostgreSQL). Run it as the table's owner. Herald creates
 -- the same table at db.Use when it is missing, unless DisableAutoCreate is set.
-CREATE TABLE IF NOT EXISTS outbox_messages (
+CREATE TABLE IF NOT EXISTS "outbox_messages" (
     id             uuid        PRIMARY KEY,
     seq            bigint      GENERATED ALWAYS AS IDENTITY,
     type           text        NOT NULL,
@@ -14,10 +14,11 @@ CREATE TABLE IF NOT EXISTS outbox_messages (
     created_at     timestamptz NOT NULL DEFAULT now(),
     available_at   timestamptz NOT NULL DEFAULT now(),
     attempts       int         NOT NULL DEFAULT 0,
+    strikes        int         NOT NULL DEFAULT 0,
     last_error     text,
-    first_failed_at timestamptz,
+    last_failed_at timestamptz,
     processed_at   timestamptz,
     dead_at        timestamptz
 );
-CREATE INDEX IF NOT EXISTS outbox_messages_pending_idx ON outbox_messages (available_at, id)
+CREATE INDEX IF NOT EXISTS "outbox_messages_pending_idx" ON "outbox_messages" (available_at, id)
     WHERE processed_at IS NULL AND dead_at IS NULL;

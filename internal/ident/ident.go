@@ -1,0 +1,102 @@
+// Package ident owns Herald's SQL identifiers: it validates the table and
+// channel names users configure, derives the names of the objects Herald makes
+// beside a table (indexes, lease tables), and quotes them. Every package that
+// puts a name into SQL goes through it, so a name means the same object
+// everywhere (mixed case included: names are always quoted, never folded).
+package ident
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// MaxLen is the longest identifier accepted, PostgreSQL's limit (63 bytes); a
+// longer name would be silently truncated there, so that two names could
+// collide.
+const MaxLen = 63
+
+// maxSuffix is the longest suffix Herald derives names with
+// ("_aggregate_idx"), so that every derived name stays within MaxLen.
+const maxSuffix = len("_aggregate_idx")
+
+var plain = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// Name is a validated SQL identifier, kept in the case it was given.
+type Name string
+
+// ParseName checks that s is a plain identifier (a letter or underscore, then
+// letters, digits and underscores) of at most MaxLen bytes.
+func ParseName(s string) (Name, error) {
+	if !plain.MatchString(s) {
+		return "", fmt.Errorf("%q is not a plain identifier (letters, digits, underscores; not starting with a digit)", s)
+	}
+	if len(s) > MaxLen {
+		return "", fmt.Errorf("%q is longer than %d bytes", s, MaxLen)
+	}
+	return Name(s), nil
+}
+
+// Quoted returns the name in double quotes, as PostgreSQL and SQLite (and
+// MySQL in ANSI_QUOTES mode) read an identifier without folding its case.
+func (n Name) Quoted() string { return `"` + string(n) + `"` }
+
+// Table is a validated table name, optionally schema-qualified.
+type Table struct {
+	Schema Name // empty: the connection's search path
+	Name   Name
+}
+
+// ParseTable checks s, "table" or "schema.table", and returns it. The table
+// part leaves room for the suffixes of derived names.
+func ParseTable(s string) (Table, error) {
+	parts := strings.Split(s, ".")
+	if len(parts) > 2 {
+		return Table{}, fmt.Errorf("table %q: at most schema.table", s)
+	}
+	var t Table
+	var err error
+	if t.Name, err = ParseName(parts[len(parts)-1]); err != nil {
+		return Table{}, fmt.Errorf("table %q: %w", s, err)
+	}
+	if len(t.Name)+maxSuffix > MaxLen {
+		return Table{}, fmt.Errorf("table %q: name longer than %d bytes leaves no room for derived names", s, MaxLen-maxSuffix)
+	}
+	if len(parts) == 2 {
+		if t.Schema, err = ParseName(parts[0]); err != nil {
+			return Table{}, fmt.Errorf("table %q: %w", s, err)
+		}
+	}
+	return t, nil
+}
+
+// MustTable is ParseTable for names known to be valid; it panics otherwise.
+func MustTable(s string) Table {
+	t, err := ParseTable(s)
+	if err != nil {
+		panic(err)
+	}
+	return t
+}
+
+// String returns the name as given: "schema.table" or "table".
+func (t Table) String() string {
+	if t.Schema == "" {
+		return string(t.Name)
+	}
+	return string(t.Schema) + "." + string(t.Name)
+}
+
+// Quoted returns the quoted, qualified name: "schema"."table" or "table".
+func (t Table) Quoted() string {
+	if t.Schema == "" {
+		return t.Name.Quoted()
+	}
+	return t.Schema.Quoted() + "." + t.Name.Quoted()
+}
+
+// Derived returns the name of an object Herald keeps beside t: the same schema,
+// the table's name followed by suffix ("_leases", "_pending_idx").
+func (t Table) Derived(suffix string) Table {
+	return Table{Schema: t.Schema, Name: t.Name + Name(suffix)}
+}
