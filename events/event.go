@@ -45,6 +45,14 @@ func VersionOf(e Event) int {
 	return 1
 }
 
+// Metadata keys of the W3C trace context of the request that saved an event,
+// stored by the outbox hook when the save's context carries a span, and carried
+// in the message's metadata, as HTTP carries them in headers.
+const (
+	MetaTraceParent = "traceparent"
+	MetaTraceState  = "tracestate"
+)
+
 // Metadata is free-form string metadata carried with an event: correlation and
 // causation ids, a traceparent, the user who acted. It travels as Watermill message
 // metadata. Keys starting with "herald_" are reserved for Herald.

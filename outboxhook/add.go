@@ -34,7 +34,7 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 		return tx.Error
 	}
 	st := tx.Statement
-	ctxMD := events.MetadataFromContext(st.Context)
+	ctxMD := contextMetadata(st.Context)
 	var b batch
 	for _, e := range evs {
 		rec := events.NewRecord(e, nil)
@@ -115,11 +115,15 @@ func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 		p.abort(tx, err)
 		return err
 	}
+	trace := traceMetadata(tx.Statement.Context)
 	for _, m := range msgs {
 		env, err := envelopeOf(m, topic)
 		if err != nil {
 			return fail(err)
 		}
+		// The span the messages are produced in (a handler's, under the inbox)
+		// is their parent, not one whose context a handler copied over.
+		env.Metadata = env.Metadata.Merge(trace)
 		if seen[env.ID] {
 			return fail(fmt.Errorf("%w: two messages have id %s", ErrDuplicateID, env.ID))
 		}

@@ -102,7 +102,7 @@ func (p *Plugin) prepare(o op) func(db *gorm.DB) {
 			return
 		}
 		st.encoded = make(map[*recorded.Entry]encodedEvent, pending)
-		ctxMD := events.MetadataFromContext(db.Statement.Context)
+		ctxMD := contextMetadata(db.Statement.Context)
 		for _, r := range roots {
 			entries := r.list.Pending()
 			if len(entries) == 0 {
@@ -139,7 +139,7 @@ func (p *Plugin) write(db *gorm.DB) {
 		// nothing): the events stay pending for the chain that writes the row.
 		return
 	}
-	ctxMD := events.MetadataFromContext(db.Statement.Context)
+	ctxMD := contextMetadata(db.Statement.Context)
 	var (
 		b       batch
 		written []*recorded.Entry

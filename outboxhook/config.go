@@ -35,13 +35,15 @@ type Config struct {
 	// index are created at db.Use when missing, and left alone when present, so a
 	// role without DDL rights works against a table created beforehand.
 	DisableAutoCreate bool
-	// Notify, when set, is called after a statement wrote events: once its
-	// transaction committed when the hook sees the commit (GORM's own
-	// transactions), otherwise (a transaction the caller opened) right after the
-	// write, in which case the relay re-checks at growing intervals until the
-	// commit shows. Set it to a relay's Wake in the relay's process, or to a
-	// relay.Notifier's Notify in other processes. It must not block. Defaults to
-	// nil: the relay finds events by polling.
+	// Notify, when set, is called once a transaction that wrote events
+	// committed: GORM's own, db.Transaction, db.Begin/Commit (it runs in the
+	// goroutine that committed). For a transaction begun on a pool the plugin
+	// does not wrap (a *gorm.DB handle derived before db.Use that calls Begin
+	// itself, another plugin's pool) it is called right after the write, and
+	// the relay re-checks at growing intervals until the commit shows. Set it to
+	// a relay's Wake in the relay's process, or to a relay.Notifier's Notify in
+	// other processes. It must not block. Defaults to nil: the relay finds
+	// events by polling.
 	Notify func()
 }
 
