@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +14,9 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
@@ -61,8 +64,8 @@ type Config struct {
 	CleanupInterval time.Duration
 	// CleanupBatch is how many rows one cleanup DELETE removes. Defaults to 1000.
 	CleanupBatch int
-	// DisableAutoCreate, when true, never creates the table (run
-	// migrations/0001_inbox_messages.sql). Defaults to false: created at New when
+	// DisableAutoCreate, when true, never creates the table (apply the
+	// migrations of package migrations). Defaults to false: created at New when
 	// missing, left alone when present.
 	DisableAutoCreate bool
 	// Logger receives the inbox's logs. Defaults to slog.Default().
@@ -115,12 +118,12 @@ func (c Config) Validate() error {
 
 // Inbox deduplicates messages for Watermill handlers in their own transactions.
 type Inbox struct {
-	db      *gorm.DB
-	cfg     Config
-	table   ident.Table
-	insert  string
-	cleanup string
-	log     *slog.Logger
+	db    *gorm.DB
+	cfg   Config
+	table ident.Table
+	store store.Inbox // the inbox table in the database's implementation
+	sqlDB *sql.DB
+	log   *slog.Logger
 }
 
 // New checks cfg, creates the inbox table when missing (unless
@@ -134,10 +137,14 @@ func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 		return nil, errors.New("inbox: db is required")
 	}
 	in := &Inbox{db: db, cfg: cfg, table: ident.MustTable(cfg.Table), log: cfg.Logger.With("component", "herald.inbox")}
-	t := in.table.Quoted()
-	in.insert = `INSERT INTO ` + t + ` (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`
-	in.cleanup = `DELETE FROM ` + t + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + t +
-		` WHERE processed_at < now() - ?::float8 * interval '1 millisecond' LIMIT ?))`
+	drv, err := drivers.For(db)
+	if err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
+	in.store = drv.Inbox(in.table)
+	if in.sqlDB, err = db.DB(); err != nil {
+		return nil, fmt.Errorf("inbox: %w", err)
+	}
 	if !cfg.DisableAutoCreate {
 		if err := in.ensureTable(context.Background()); err != nil {
 			return nil, err
@@ -187,11 +194,11 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		outer := msg.Context()
 		defer msg.SetContext(outer)
 		err = in.db.WithContext(outer).Transaction(func(tx *gorm.DB) error {
-			res := tx.Exec(in.insert, consumer, id)
-			if res.Error != nil {
-				return fmt.Errorf("inbox: record %s for %s: %w", id, consumer, res.Error)
+			fresh, err := in.store.Insert(tx.Statement.Context, tx.Statement.ConnPool, consumer, id)
+			if err != nil {
+				return fmt.Errorf("inbox: record %s for %s: %w", id, consumer, err)
 			}
-			if res.RowsAffected == 0 {
+			if !fresh {
 				return errDuplicate
 			}
 			msg.SetContext(context.WithValue(outer, txKey{}, tx))
@@ -260,20 +267,7 @@ func (in *Inbox) Run(ctx context.Context) error {
 func (in *Inbox) Cleanup(ctx context.Context) (int64, error) {
 	var total int64
 	for {
-		var n int64
-		err := in.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			var locked bool
-			// Keyed by the table's oid: tables of one name in other schemas clean apart.
-			if err := tx.Raw(`SELECT pg_try_advisory_xact_lock(hashtext('herald.inbox.cleanup:' || ?::regclass::oid::text))`, in.table.Quoted()).Scan(&locked).Error; err != nil {
-				return err
-			}
-			if !locked {
-				return nil
-			}
-			res := tx.Exec(in.cleanup, float64(in.cfg.Retention.Milliseconds()), in.cfg.CleanupBatch)
-			n = res.RowsAffected
-			return res.Error
-		})
+		n, err := in.store.Cleanup(ctx, in.sqlDB, in.cfg.Retention, in.cfg.CleanupBatch)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("inbox: cleanup: %w", err)

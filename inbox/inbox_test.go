@@ -11,10 +11,16 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
+	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/outboxhook"
 )
 
 func TestDuplicateSkipped(t *testing.T) {
@@ -234,37 +240,73 @@ func TestConfig(t *testing.T) {
 }
 
 // The inbox adds one statement per message, its INSERT, and no SELECT; a
-// duplicate costs that INSERT alone.
+// duplicate costs that INSERT alone. Counted on the connection (pgx's tracer),
+// so nothing sent escapes the count (transaction control aside).
 func TestOneStatementPerMessage(t *testing.T) {
-	e := newEnv(t)
-	var stmts []string
-	count := func(db *gorm.DB) { stmts = append(stmts, db.Statement.SQL.String()) }
-	cb := e.db.Callback()
-	for _, err := range []error{
-		cb.Create().After("gorm:create").Register("test:count", count),
-		cb.Query().After("gorm:query").Register("test:count", count),
-		cb.Raw().After("gorm:raw").Register("test:count", count),
-		cb.Row().After("gorm:row").Register("test:count", count),
-	} {
-		if err != nil {
-			t.Fatal(err)
+	t.Parallel()
+	_, dsn := pgtest.Schema(t)
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		stmts []string
+	)
+	cfg.Tracer = traceFunc(func(sql string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if s := strings.ToUpper(strings.TrimSpace(sql)); !strings.HasPrefix(s, "BEGIN") && !strings.HasPrefix(s, "COMMIT") && !strings.HasPrefix(s, "ROLLBACK") {
+			stmts = append(stmts, sql)
 		}
+	})
+	sqlDB := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { _ = sqlDB.Close() })
+	db, err := gorm.Open(postgres.New(postgres.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AutoMigrate(&Effect{}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := inbox.New(db, inbox.Config{Consumer: "c"})
+	if err != nil {
+		t.Fatal(err)
 	}
 	var calls atomic.Int64
-	h := e.inbox(inbox.Config{Consumer: "c"}).Middleware(noPublish(recordEffect(&calls)))
+	h := in.Middleware(noPublish(recordEffect(&calls)))
 	msg := message.NewMessage(uuid.NewString(), nil)
-	stmts = nil
+	take := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		out := stmts
+		stmts = nil
+		return out
+	}
+	take()
 	if _, err := h(msg.Copy()); err != nil {
 		t.Fatal(err)
 	}
-	if len(stmts) != 2 || !strings.HasPrefix(stmts[0], "INSERT INTO \"inbox_messages\"") || !strings.HasPrefix(stmts[1], "INSERT INTO \"effects\"") {
-		t.Fatalf("statements for a new message: %q", stmts)
+	if got := take(); len(got) != 2 || !strings.HasPrefix(got[0], `INSERT INTO "inbox_messages"`) || !strings.HasPrefix(got[1], `INSERT INTO "effects"`) {
+		t.Fatalf("statements for a new message: %q", got)
 	}
-	stmts = nil
 	if _, err := h(msg.Copy()); err != nil {
 		t.Fatal(err)
 	}
-	if len(stmts) != 1 {
-		t.Fatalf("statements for a duplicate: %q", stmts)
+	if got := take(); len(got) != 1 || !strings.HasPrefix(got[0], `INSERT INTO "inbox_messages"`) {
+		t.Fatalf("statements for a duplicate: %q", got)
 	}
 }
+
+// traceFunc is a pgx tracer that reports each statement's SQL.
+type traceFunc func(sql string)
+
+func (f traceFunc) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	f(d.SQL)
+	return ctx
+}
+
+func (traceFunc) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}

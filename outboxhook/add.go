@@ -59,7 +59,7 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 func (p *Plugin) insertAdded(tx *gorm.DB, b *batch) (int64, error) {
 	ctx, pool := tx.Statement.Context, tx.Statement.ConnPool
 	var locks []int64
-	for _, env := range b.envs {
+	for _, env := range b.evs {
 		if env.AggregateType != "" || env.AggregateID != "" {
 			locks = append(locks, aggregateLockKey(env.AggregateType, env.AggregateID))
 		}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/recorded"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // A chain is one run of GORM's create, update or delete callbacks: one statement.
@@ -270,7 +271,7 @@ func (p *Plugin) abort(db *gorm.DB, err error) {
 		return
 	}
 	if inTransaction(db) {
-		p.abortUnobserved(db)
+		p.out.Abort(db.Statement.Context, db.Statement.ConnPool)
 	}
 }
 
@@ -285,35 +286,35 @@ func inTransaction(db *gorm.DB) bool {
 // when such events exist.
 func (p *Plugin) settle(db *gorm.DB, roots []rootRef) error {
 	pool := db.Statement.ConnPool
-	var tokens []int64
+	var (
+		ws      []store.Written
+		entries []*recorded.Entry
+	)
 	for _, r := range roots {
 		for _, e := range r.list.Pending() {
 			if u := e.Unobserved; u != nil && u.Pool != pool {
-				tokens = append(tokens, u.Token)
+				ws = append(ws, store.Written{ID: e.Record.ID, Token: u.Token})
+				entries = append(entries, e)
 			}
 		}
 	}
-	if len(tokens) == 0 {
+	if len(ws) == 0 {
 		return nil
 	}
-	status, err := queryStatus(db.Statement.Context, pool, tokens)
+	outcomes, err := p.out.Settle(db.Statement.Context, pool, ws)
 	if err != nil {
-		return err
+		return fmt.Errorf("outboxhook: settle earlier writes: %w", err)
+	}
+	for i, e := range entries {
+		switch outcomes[i] {
+		case store.Committed:
+			e.MarkCommitted()
+		case store.InProgress: // another open transaction: the insert waits for it
+		default: // rolled back, or unknown: write again (same id)
+			e.Unobserved = nil
+		}
 	}
 	for _, r := range roots {
-		for _, e := range r.list.Pending() {
-			u := e.Unobserved
-			if u == nil || u.Pool == pool {
-				continue
-			}
-			switch status[u.Token] {
-			case "committed":
-				e.MarkCommitted()
-			case "in progress": // another open transaction: the insert waits for it
-			default: // aborted, or too old to know: write again (same id)
-				e.Unobserved = nil
-			}
-		}
 		r.list.Pending() // drop what committed
 	}
 	return nil

@@ -7,7 +7,9 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // Name is the plugin's name in gorm.Config.Plugins.
@@ -16,9 +18,9 @@ const Name = "herald:outbox"
 // Plugin is the GORM plugin that writes the events recorded by aggregates to the
 // outbox table, in the transaction of the statement that saves them.
 type Plugin struct {
-	cfg    Config
-	table  ident.Table
-	insert [2][2]string // the INSERTs, by [several events][returning ids]
+	cfg   Config
+	table ident.Table
+	out   store.Outbox // the outbox table in the database's implementation
 
 	raw     gorm.ConnPool // the pool wrapped at db.Use
 	wrapped *pool         // its wrapper
@@ -53,9 +55,13 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return err
 	}
 	p.table = ident.MustTable(p.cfg.Table) // checked by Validate
-	p.insert = insertSQL(p.table)
+	drv, err := drivers.For(db)
+	if err != nil {
+		return fmt.Errorf("outboxhook: %w", err)
+	}
+	p.out = drv.Outbox(p.table)
 	if !p.cfg.DisableAutoCreate {
-		if err := ensureTable(context.Background(), db, p.table); err != nil {
+		if err := p.ensureTable(context.Background(), db); err != nil {
 			return err
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
@@ -115,8 +116,7 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 				return nil, err
 			}
 		} else {
-			ddl, _ := outboxhook.SchemaSQL(outboxhook.DefaultTable)
-			if err := db.Exec(ddl).Error; err != nil {
+			if _, err := migrations.Migrate(ctx, db); err != nil {
 				return nil, err
 			}
 		}

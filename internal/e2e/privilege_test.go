@@ -2,8 +2,8 @@ package e2e
 
 import (
 	"context"
+	"io/fs"
 	"log/slog"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +17,7 @@ import (
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
 )
@@ -50,12 +51,12 @@ func leastPrivilege(t *testing.T, relayMigration bool) {
 	schema, dsn := pgtest.Schema(t)
 	admin := pgtest.Admin(t)
 	var ddl []string
-	files := []string{"../../outboxhook/migrations/0001_outbox_messages.sql", "../../inbox/migrations/0001_inbox_messages.sql"}
+	files := []string{"0001_outbox_messages.up.sql", "0003_inbox_messages.up.sql"}
 	if relayMigration {
-		files = append(files, "../../relay/migrations/0001_relay.sql")
+		files = append(files, "0002_relay.up.sql")
 	}
 	for _, f := range files {
-		b, err := os.ReadFile(f)
+		b, err := fs.ReadFile(migrations.Postgres(), f)
 		if err != nil {
 			t.Fatal(err)
 		}

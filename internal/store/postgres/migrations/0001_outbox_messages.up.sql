@@ -1,5 +1,7 @@
--- Herald outbox table (PostgreSQL). Run it as the table's owner. Herald creates
--- the same table at db.Use when it is missing, unless DisableAutoCreate is set.
+-- +goose Up
+-- Herald outbox table (PostgreSQL). Run as the table's owner; a writer role needs
+-- SELECT, INSERT on it, the relay SELECT, UPDATE, DELETE. Herald creates the same
+-- table when it is missing, unless DisableAutoCreate is set.
 CREATE TABLE IF NOT EXISTS "outbox_messages" (
     id             uuid        PRIMARY KEY,
     seq            bigint      GENERATED ALWAYS AS IDENTITY,

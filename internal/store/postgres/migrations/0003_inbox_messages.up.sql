@@ -1,6 +1,7 @@
--- Herald inbox table (PostgreSQL). Run it as the table's owner; the consumer role
--- needs SELECT, INSERT, DELETE on it. Herald creates it at inbox.New when missing,
--- unless DisableAutoCreate is set.
+-- +goose Up
+-- Herald inbox table (PostgreSQL). Run as the table's owner; the consumer role
+-- needs SELECT, INSERT, DELETE on it. Herald creates it when missing, unless
+-- DisableAutoCreate is set.
 CREATE TABLE IF NOT EXISTS "inbox_messages" (
     consumer     text        NOT NULL,
     message_id   text        NOT NULL,

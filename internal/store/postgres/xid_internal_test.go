@@ -1,4 +1,4 @@
-package outboxhook
+package postgres
 
 import "testing"
 

@@ -1,0 +1,370 @@
+// Package postgres is Herald's storage for PostgreSQL 13 and newer: all of its
+// SQL, and its migrations. It works through database/sql on the pgx driver
+// (gorm.io/driver/postgres).
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrations are PostgreSQL's numbered migrations.
+func Migrations() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// Driver is the PostgreSQL implementation of store.Driver.
+type Driver struct{}
+
+var _ store.Driver = Driver{}
+
+// Name returns "postgres".
+func (Driver) Name() string { return "postgres" }
+
+// Caps: LISTEN/NOTIFY, FOR UPDATE SKIP LOCKED, and aborting a transaction.
+func (Driver) Caps() store.Caps { return store.Caps{Listen: true, RowLocks: true, AbortTx: true} }
+
+// Quote quotes t with double quotes.
+func (Driver) Quote(t ident.Table) string { return t.Quoted() }
+
+// Migrations returns Migrations().
+func (Driver) Migrations() fs.FS { return Migrations() }
+
+// MigrationsTableSQL creates store.MigrationsTable.
+func (Driver) MigrationsTableSQL() string {
+	return `CREATE TABLE IF NOT EXISTS ` + store.MigrationsTable + ` (
+    version    bigint      PRIMARY KEY,
+    name       text        NOT NULL,
+    applied_at timestamptz NOT NULL DEFAULT now()
+)`
+}
+
+// RecordMigrationSQL records a version.
+func (Driver) RecordMigrationSQL() string {
+	return `INSERT INTO ` + store.MigrationsTable + ` (version, name) VALUES ($1, $2)`
+}
+
+// IsTableMissing reports whether err is PostgreSQL's undefined_table.
+func IsTableMissing(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
+}
+
+// IsPermissionDenied reports whether err is PostgreSQL's insufficient_privilege.
+func IsPermissionDenied(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42501"
+}
+
+// exists reports whether the relation (quoted, qualified name) exists.
+func exists(ctx context.Context, x store.Execer, quoted string) (bool, error) {
+	rows, err := x.QueryContext(ctx, `SELECT to_regclass($1)::text`, quoted)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rows.Close() }()
+	var found sql.NullString
+	for rows.Next() {
+		if err := rows.Scan(&found); err != nil {
+			return false, err
+		}
+	}
+	return found.Valid, rows.Err()
+}
+
+// createMissing runs the statements of migration file for table t, each only
+// when the object it creates is missing.
+func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {
+	objs, err := store.Objects(Migrations(), file, def, t, ident.Table.Quoted)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		ok, err := exists(ctx, x, o.Name.Quoted())
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", o.Name, err)
+		}
+		if ok {
+			continue
+		}
+		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
+			return fmt.Errorf("create %s: %w", o.Name, err)
+		}
+	}
+	return nil
+}
+
+// Outbox returns the operations on the outbox table t.
+func (Driver) Outbox(t ident.Table) store.Outbox { return newOutbox(t) }
+
+// Inbox returns the operations on the inbox table t.
+func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
+
+type outbox struct {
+	t      ident.Table
+	insert [2][2]string // by [several events][returning tokens]
+}
+
+func newOutbox(t ident.Table) *outbox {
+	o := &outbox{t: t}
+	head := `INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at) `
+	rows := [2]string{
+		`VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		`SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])`,
+	}
+	// Returning, per inserted row, its id, the 32-bit id of the (sub)transaction
+	// that inserted it (xmin) and the current top-level full transaction id, from
+	// which xid64 widens the former for pg_xact_status.
+	tails := [2]string{
+		` ON CONFLICT (id) DO NOTHING`,
+		` ON CONFLICT (id) DO NOTHING RETURNING id::text, xmin::text::bigint, pg_current_xact_id()::text::bigint`,
+	}
+	for many := range 2 {
+		for returning := range 2 {
+			o.insert[many][returning] = head + rows[many] + tails[returning]
+		}
+	}
+	return o
+}
+
+func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
+	return exists(ctx, x, o.t.Quoted())
+}
+
+func (o *outbox) Create(ctx context.Context, x store.Execer) error {
+	return createMissing(ctx, x, "0001_outbox_messages.up.sql", store.DefaultOutbox, o.t)
+}
+
+func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, tokens bool) (int64, map[uuid.UUID]int64, error) {
+	query := o.insert[min(len(evs)-1, 1)][btoi(tokens)]
+	args := insertArgs(evs)
+	if !tokens {
+		res, err := x.ExecContext(ctx, query, args...)
+		if err != nil {
+			return 0, nil, o.insertError(err)
+		}
+		n, _ := res.RowsAffected()
+		return n, nil, nil
+	}
+	rows, err := x.QueryContext(ctx, query, args...)
+	if err != nil {
+		return 0, nil, o.insertError(err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := make(map[uuid.UUID]int64, len(evs))
+	for rows.Next() {
+		var (
+			id        string
+			xmin, top int64
+		)
+		if err := rows.Scan(&id, &xmin, &top); err != nil {
+			return 0, nil, o.insertError(err)
+		}
+		u, err := uuid.Parse(id)
+		if err != nil {
+			return 0, nil, o.insertError(err)
+		}
+		out[u] = xid64(xmin, top)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, o.insertError(err)
+	}
+	return int64(len(out)), out, nil
+}
+
+func (o *outbox) insertError(err error) error {
+	if IsTableMissing(err) {
+		return fmt.Errorf("%w: %s: %w", store.ErrTableMissing, o.t, err)
+	}
+	return err
+}
+
+// insertArgs are the insert's parameters: the columns of one row, or for
+// several rows one array per column (so the statement's text, and its prepared
+// plan, never change with the number of events).
+func insertArgs(evs []store.Event) []any {
+	if len(evs) == 1 {
+		e := &evs[0]
+		return []any{e.ID.String(), e.Type, int32(e.Version), e.AggregateType, e.AggregateID, e.Topic,
+			string(e.Payload), string(e.Metadata), e.OccurredAt}
+	}
+	n := len(evs)
+	var (
+		ids, types, aggTypes, aggIDs, topics, payloads, metadata = make([]string, n), make([]string, n),
+			make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		versions = make([]int32, n)
+		occurred = make([]time.Time, n)
+	)
+	for i := range evs {
+		e := &evs[i]
+		ids[i], types[i], versions[i], aggTypes[i], aggIDs[i] = e.ID.String(), e.Type, int32(e.Version), e.AggregateType, e.AggregateID
+		topics[i], payloads[i], metadata[i], occurred[i] = e.Topic, string(e.Payload), string(e.Metadata), e.OccurredAt
+	}
+	return []any{ids, types, versions, aggTypes, aggIDs, topics, payloads, metadata, occurred}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// xid64 widens xmin, a 32-bit (sub)transaction id of the current transaction, to
+// the 64-bit full id pg_xact_status takes, using top, the current top-level full
+// id: a subtransaction's id is never below its parent's, so xmin is in top's
+// epoch unless it wrapped past 2^32 after top.
+func xid64(xmin, top int64) int64 {
+	epoch := top >> 32
+	if xmin < top&0xFFFFFFFF {
+		epoch++
+	}
+	return epoch<<32 | xmin
+}
+
+// Settle asks pg_xact_status whether each write's (sub)transaction committed.
+func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written) ([]store.Outcome, error) {
+	xids := make([]int64, len(ws))
+	for i, w := range ws {
+		xids[i] = w.Token
+	}
+	rows, err := x.QueryContext(ctx, `SELECT x, pg_xact_status(x::text::xid8) FROM unnest($1::bigint[]) AS x`, xids)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	status := make(map[int64]string, len(xids))
+	for rows.Next() {
+		var (
+			xid int64
+			s   sql.NullString
+		)
+		if err := rows.Scan(&xid, &s); err != nil {
+			return nil, err
+		}
+		status[xid] = s.String
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]store.Outcome, len(ws))
+	for i, w := range ws {
+		switch status[w.Token] {
+		case "committed":
+			out[i] = store.Committed
+		case "in progress":
+			out[i] = store.InProgress
+		}
+	}
+	return out, nil
+}
+
+// LockAggregates takes pg_advisory_xact_lock on each key, in ascending order.
+func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int64) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	keys = slices.Clone(keys)
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	var err error
+	if len(keys) == 1 {
+		_, err = x.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, keys[0])
+	} else {
+		// unnest yields the (sorted) array in order, and the aggregate takes the
+		// locks in the order the scan yields them.
+		_, err = x.ExecContext(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k`, keys)
+	}
+	return err
+}
+
+// Abort raises an error in x's transaction: PostgreSQL then rolls it back at
+// COMMIT.
+func (o *outbox) Abort(ctx context.Context, x store.Execer) {
+	_, _ = x.ExecContext(context.WithoutCancel(ctx),
+		`DO $$BEGIN RAISE EXCEPTION 'herald: an outbox write of this transaction failed; roll it back'; END$$`)
+}
+
+type inbox struct {
+	t                ident.Table
+	insert, cleanupQ string
+}
+
+func newInbox(t ident.Table) *inbox {
+	q := t.Quoted()
+	return &inbox{
+		t:      t,
+		insert: `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		// By ctid: the primary key's order is not the age order, and a DELETE
+		// cannot take a LIMIT.
+		cleanupQ: `DELETE FROM ` + q + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + q +
+			` WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2))`,
+	}
+}
+
+func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
+	return exists(ctx, x, in.t.Quoted())
+}
+
+func (in *inbox) Create(ctx context.Context, x store.Execer) error {
+	return createMissing(ctx, x, "0003_inbox_messages.up.sql", store.DefaultInbox, in.t)
+}
+
+func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	res, err := x.ExecContext(ctx, in.insert, consumer, id)
+	if err != nil {
+		if IsTableMissing(err) {
+			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Cleanup deletes a batch under a transaction-scoped advisory lock keyed by the
+// table's oid, so one instance cleans at a time and tables of one name in other
+// schemas clean apart.
+func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	return lockedDelete(ctx, db, "herald.inbox.cleanup:", in.t, in.cleanupQ, float64(olderThan.Milliseconds()), limit)
+}
+
+// lockedDelete runs del in a transaction holding the advisory lock of (key,
+// table), unless another holds it, and returns how many rows it deleted.
+func lockedDelete(ctx context.Context, db *sql.DB, key string, t ident.Table, del string, args ...any) (int64, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	var locked bool
+	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock(hashtext($1 || $2::regclass::oid::text))`,
+		key, t.Quoted()).Scan(&locked); err != nil {
+		return 0, err
+	}
+	if !locked {
+		return 0, nil
+	}
+	res, err := tx.ExecContext(ctx, del, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, _ := res.RowsAffected()
+	return n, tx.Commit()
+}
