@@ -124,10 +124,9 @@ func TestEndToEnd(t *testing.T) {
 				}
 				_ = i
 			}
-			e := &env{t: t, db: db}
-			waitFor(t, "200 effects", func() bool { return len(e.effects()) == len(want) })
+			waitFor(t, "200 effects", func() bool { return len(effectsOf(t, db)) == len(want) })
 			time.Sleep(500 * time.Millisecond) // late duplicates and redeliveries
-			effects := e.effects()
+			effects := effectsOf(t, db)
 			for id := range want {
 				if effects[id] != 1 {
 					t.Fatalf("event %s: %d effects, want exactly 1", id, effects[id])

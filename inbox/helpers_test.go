@@ -5,13 +5,14 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/pgtest"
-	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/internal/testkit"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -23,49 +24,18 @@ type Effect struct {
 	MessageID string
 }
 
-type env struct {
-	t   *testing.T
-	db  *gorm.DB
-	dsn string
-}
-
-func newEnv(t *testing.T) *env {
+// effectsOf counts effect rows per message id.
+func effectsOf(t *testing.T, db *gorm.DB) map[string]int {
 	t.Helper()
-	t.Parallel()
-	db, dsn := pgtest.Setup(t, outboxhook.New(outboxhook.Config{}), &Effect{})
-	return &env{t: t, db: db, dsn: dsn}
-}
-
-func (e *env) inbox(cfg inbox.Config) *inbox.Inbox {
-	e.t.Helper()
-	in, err := inbox.New(e.db, cfg)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	return in
-}
-
-// effects counts effect rows per message id.
-func (e *env) effects() map[string]int {
-	e.t.Helper()
 	var rows []Effect
-	if err := e.db.Find(&rows).Error; err != nil {
-		e.t.Fatal(err)
+	if err := db.Session(&gorm.Session{NewDB: true}).Find(&rows).Error; err != nil {
+		t.Fatal(err)
 	}
 	out := map[string]int{}
 	for _, r := range rows {
 		out[r.MessageID]++
 	}
 	return out
-}
-
-func (e *env) count(table string) int64 {
-	e.t.Helper()
-	var n int64
-	if err := e.db.Table(table).Count(&n).Error; err != nil {
-		e.t.Fatal(err)
-	}
-	return n
 }
 
 // recordEffect is a handler that writes one Effect in the inbox's transaction
@@ -85,3 +55,25 @@ func noPublish(h message.NoPublishHandlerFunc) message.HandlerFunc {
 var _ = context.Background
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+func runRouter(t *testing.T, r *message.Router) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil {
+			t.Errorf("router: %v", err)
+		}
+	}()
+	<-r.Running()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	testkit.Eventually(t, 20*time.Second, what, cond)
+}

@@ -25,10 +25,14 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/internal/store/sqlite"
 )
 
 // Postgres returns the PostgreSQL migrations.
 func Postgres() fs.FS { return postgres.Migrations() }
+
+// SQLite returns the SQLite migrations.
+func SQLite() fs.FS { return sqlite.Migrations() }
 
 // For returns the migrations of db's database.
 func For(db *gorm.DB) (fs.FS, error) {

@@ -1,9 +1,6 @@
 package outboxhook_test
 
 import (
-	"encoding/json"
-	"errors"
-	"math"
 	"testing"
 
 	"github.com/google/uuid"
@@ -11,16 +8,13 @@ import (
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
 )
-
-// Test models: an order aggregate with line aggregates as children, and a
-// soft-deletable document with an auto-increment id.
 
 type Order struct {
 	ID     uuid.UUID `gorm:"type:uuid;primaryKey"`
 	Status string
-	Lines  []Line `gorm:"foreignKey:OrderID"`
 	aggregate.Root
 }
 
@@ -35,26 +29,6 @@ func (o *Order) Pay(amount int) {
 	o.Record(OrderPaid{OrderID: o.ID, Amount: amount})
 }
 
-type Line struct {
-	ID      uuid.UUID `gorm:"type:uuid;primaryKey"`
-	OrderID uuid.UUID `gorm:"type:uuid"`
-	SKU     string
-	Shipped bool
-	aggregate.Root
-}
-
-func (l *Line) Ship() {
-	l.Shipped = true
-	l.Record(LineShipped{LineID: l.ID})
-}
-
-type Doc struct {
-	ID        uint `gorm:"primaryKey"`
-	Title     string
-	DeletedAt gorm.DeletedAt
-	aggregate.Root
-}
-
 type OrderPlaced struct{ OrderID uuid.UUID }
 
 func (OrderPlaced) EventType() string { return "order.placed" }
@@ -66,105 +40,31 @@ type OrderPaid struct {
 
 func (OrderPaid) EventType() string { return "order.paid" }
 
-type LineShipped struct{ LineID uuid.UUID }
-
-func (LineShipped) EventType() string { return "line.shipped" }
-
-type DocEvent struct{ Note string }
-
-func (DocEvent) EventType() string { return "doc.changed" }
-
-// Bad events.
-type WithChan struct{ C chan int }
-
-func (WithChan) EventType() string { return "bad.chan" }
-
-type WithFloat struct{ F float64 }
-
-func (WithFloat) EventType() string { return "bad.float" }
-
-type NoType struct{}
-
-func (NoType) EventType() string { return "" }
-
-type Big struct{ Data string }
-
-func (Big) EventType() string { return "big" }
-
-var nan = math.NaN()
-
-// setup opens a fresh schema with the plugin and the test tables.
+// setup opens a fresh schema with the plugin and the orders table.
 func setup(t *testing.T, cfg outboxhook.Config, gcfg *gorm.Config) *gorm.DB {
 	t.Helper()
 	t.Parallel()
-	return setupNoParallel(t, cfg, gcfg)
-}
-
-// setupNoParallel is setup for a test that already called t.Parallel.
-func setupNoParallel(t *testing.T, cfg outboxhook.Config, gcfg *gorm.Config) *gorm.DB {
-	t.Helper()
 	db := pgtest.Open(t, gcfg)
-	if err := db.Use(outboxhook.New(cfg)); err != nil {
-		t.Fatalf("use plugin: %v", err)
-	}
-	if err := db.AutoMigrate(&Order{}, &Line{}, &Doc{}); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
+	must(t, db.Use(outboxhook.New(cfg)))
+	must(t, db.AutoMigrate(&Order{}))
 	return db
-}
-
-type row struct {
-	ID            uuid.UUID
-	Type          string
-	Version       int
-	AggregateType string
-	AggregateID   string
-	Topic         string
-	Payload       string
-	Metadata      string
-}
-
-// outbox returns the outbox rows in insertion order.
-func outbox(t *testing.T, db *gorm.DB) []row {
-	t.Helper()
-	var rows []row
-	err := db.Session(&gorm.Session{NewDB: true, SkipDefaultTransaction: true}).Raw(
-		`SELECT id, type, version, aggregate_type, aggregate_id, topic, payload::text AS payload, metadata::text AS metadata
-		 FROM outbox_messages ORDER BY seq`).Scan(&rows).Error
-	if err != nil {
-		t.Fatalf("read outbox: %v", err)
-	}
-	return rows
-}
-
-func types(rows []row) []string {
-	out := make([]string, len(rows))
-	for i, r := range rows {
-		out[i] = r.Type
-	}
-	return out
 }
 
 func count(t *testing.T, db *gorm.DB, table string) int64 {
 	t.Helper()
-	var n int64
-	if err := db.Session(&gorm.Session{NewDB: true}).Table(table).Unscoped().Count(&n).Error; err != nil {
-		t.Fatalf("count %s: %v", table, err)
-	}
-	return n
+	return testkit.Count(t, db, table)
 }
 
-func must(t *testing.T, err error) {
-	t.Helper()
-	if err != nil {
-		t.Fatal(err)
-	}
-}
+func must(t *testing.T, err error) { t.Helper(); testkit.Must(t, err) }
 
-func wantTypes(t *testing.T, db *gorm.DB, want ...string) []row {
+// wantTypes checks the outbox's event types, in insertion order.
+func wantTypes(t *testing.T, db *gorm.DB, want ...string) {
 	t.Helper()
-	rows := outbox(t, db)
-	got := types(rows)
+	rows := testkit.Outbox(t, db)
+	got := make([]string, len(rows))
+	for i, r := range rows {
+		got[i] = r.Type
+	}
 	if len(got) != len(want) {
 		t.Fatalf("outbox types = %v, want %v", got, want)
 	}
@@ -173,35 +73,4 @@ func wantTypes(t *testing.T, db *gorm.DB, want ...string) []row {
 			t.Fatalf("outbox types = %v, want %v", got, want)
 		}
 	}
-	return rows
-}
-
-func wantNoPending(t *testing.T, aggs ...aggregate.Aggregate) {
-	t.Helper()
-	for _, a := range aggs {
-		if n := len(a.AggregateRoot().Records()); n != 0 {
-			t.Fatalf("%T still holds %d pending events after commit", a, n)
-		}
-	}
-}
-
-func wantPending(t *testing.T, a aggregate.Aggregate, n int) {
-	t.Helper()
-	if got := len(a.AggregateRoot().Records()); got != n {
-		t.Fatalf("%T holds %d pending events, want %d", a, got, n)
-	}
-}
-
-func wantErrIs(t *testing.T, err, target error) {
-	t.Helper()
-	if !errors.Is(err, target) {
-		t.Fatalf("error = %v, want one wrapping %v", err, target)
-	}
-}
-
-func decode(t *testing.T, s string) map[string]any {
-	t.Helper()
-	var m map[string]any
-	must(t, json.Unmarshal([]byte(s), &m))
-	return m
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/internal/store/sqlite"
 )
 
 // ErrUnsupported is returned for a database Herald has no implementation for.
@@ -28,6 +29,8 @@ func ByName(name string) (store.Driver, error) {
 	switch name {
 	case "postgres":
 		return postgres.Driver{}, nil
+	case "sqlite":
+		return sqlite.Driver{}, nil
 	}
-	return nil, fmt.Errorf("%w: %q (Herald supports postgres)", ErrUnsupported, name)
+	return nil, fmt.Errorf("%w: %q (Herald supports postgres and sqlite)", ErrUnsupported, name)
 }

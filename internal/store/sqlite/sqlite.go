@@ -1,0 +1,240 @@
+// Package sqlite is Herald's storage for SQLite 3.42 and newer: all of its SQL,
+// and its migrations. It works through database/sql on any SQLite driver GORM
+// opens (Herald tests it with the pure-Go modernc.org/sqlite).
+//
+// SQLite has one writer at a time and no row locks. Herald relies on that: a
+// write transaction must take the write lock when it begins (BEGIN IMMEDIATE:
+// the modernc driver's _txlock=immediate), so that writers queue on the busy
+// timeout instead of failing with SQLITE_BUSY when a deferred transaction's
+// snapshot went stale; then the writers of one aggregate are serialized with no
+// lock of Herald's own. Times are UTC unix microseconds in INTEGER columns.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"fmt"
+	"io/fs"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Migrations are SQLite's numbered migrations.
+func Migrations() fs.FS {
+	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// Now is the database's current time in unix microseconds.
+const Now = `CAST(unixepoch('subsec') * 1000000 AS INTEGER)`
+
+// Driver is the SQLite implementation of store.Driver.
+type Driver struct{}
+
+var _ store.Driver = Driver{}
+
+// Name returns "sqlite".
+func (Driver) Name() string { return "sqlite" }
+
+// Caps: none of LISTEN/NOTIFY, row locks, or aborting a transaction.
+func (Driver) Caps() store.Caps { return store.Caps{} }
+
+// Quote quotes t with double quotes (the schema is an attached database).
+func (Driver) Quote(t ident.Table) string { return t.Quoted() }
+
+// Migrations returns Migrations().
+func (Driver) Migrations() fs.FS { return Migrations() }
+
+// MigrationsTableSQL creates store.MigrationsTable.
+func (Driver) MigrationsTableSQL() string {
+	return `CREATE TABLE IF NOT EXISTS ` + store.MigrationsTable + ` (
+    version    INTEGER PRIMARY KEY,
+    name       TEXT    NOT NULL,
+    applied_at INTEGER NOT NULL DEFAULT (` + Now + `)
+)`
+}
+
+// RecordMigrationSQL records a version.
+func (Driver) RecordMigrationSQL() string {
+	return `INSERT INTO ` + store.MigrationsTable + ` (version, name) VALUES (?, ?)`
+}
+
+// IsTableMissing reports whether err says a table does not exist.
+func IsTableMissing(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "no such table")
+}
+
+// exists reports whether the table or index named n exists.
+func exists(ctx context.Context, x store.Execer, n ident.Table) (bool, error) {
+	master := "sqlite_schema"
+	if n.Schema != "" {
+		master = n.Schema.Quoted() + ".sqlite_schema"
+	}
+	rows, err := x.QueryContext(ctx, `SELECT 1 FROM `+master+` WHERE name = ? AND type IN ('table', 'index')`, string(n.Name))
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rows.Close() }()
+	found := rows.Next()
+	return found, rows.Err()
+}
+
+// createMissing runs the statements of migration file for table t, each only
+// when the object it creates is missing.
+func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {
+	objs, err := store.Objects(Migrations(), file, def, t, ident.Table.Quoted)
+	if err != nil {
+		return err
+	}
+	for _, o := range objs {
+		ok, err := exists(ctx, x, o.Name)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", o.Name, err)
+		}
+		if ok {
+			continue
+		}
+		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
+			return fmt.Errorf("create %s: %w", o.Name, err)
+		}
+	}
+	return nil
+}
+
+// Outbox returns the operations on the outbox table t.
+func (Driver) Outbox(t ident.Table) store.Outbox { return &outbox{t: t} }
+
+// Inbox returns the operations on the inbox table t.
+func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
+
+type outbox struct {
+	t ident.Table
+}
+
+func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
+	return exists(ctx, x, o.t)
+}
+
+func (o *outbox) Create(ctx context.Context, x store.Execer) error {
+	return createMissing(ctx, x, "0001_outbox_messages.up.sql", store.DefaultOutbox, o.t)
+}
+
+// maxRows bounds the rows of one INSERT (SQLite allows 32766 parameters).
+const maxRows = 1000
+
+// Insert inserts evs with multi-row VALUES, leaving rows whose id exists
+// alone. SQLite has no transaction ids: tokens are not returned; Settle looks
+// the rows up instead.
+func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, _ bool) (int64, map[uuid.UUID]int64, error) {
+	var total int64
+	for len(evs) > 0 {
+		chunk := evs[:min(len(evs), maxRows)]
+		evs = evs[len(chunk):]
+		var b strings.Builder
+		b.WriteString(`INSERT INTO ` + o.t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at) VALUES `)
+		args := make([]any, 0, 9*len(chunk))
+		for i := range chunk {
+			e := &chunk[i]
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, e.ID.String(), e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic,
+				string(e.Payload), string(e.Metadata), e.OccurredAt.UnixMicro())
+		}
+		b.WriteString(` ON CONFLICT (id) DO NOTHING`)
+		res, err := x.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			if IsTableMissing(err) {
+				return total, nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, o.t, err)
+			}
+			return total, nil, err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil, nil
+}
+
+// Settle looks the events up: a row that exists was committed. One that does
+// not either rolled back or was committed, published and deleted already;
+// Unknown writes it again (under the same id), which at worst publishes it
+// twice, as at-least-once delivery allows.
+func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written) ([]store.Outcome, error) {
+	out := make([]store.Outcome, len(ws))
+	for i, w := range ws {
+		rows, err := x.QueryContext(ctx, `SELECT 1 FROM `+o.t.Quoted()+` WHERE id = ?`, w.ID.String())
+		if err != nil {
+			return nil, err
+		}
+		if rows.Next() {
+			out[i] = store.Committed
+		}
+		err = rows.Err()
+		_ = rows.Close()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// LockAggregates does nothing: a write transaction holds SQLite's one write
+// lock from its first write (from BEGIN, with BEGIN IMMEDIATE) to its end, so
+// the writers of any aggregate are serialized already.
+func (o *outbox) LockAggregates(context.Context, store.Execer, []int64) error { return nil }
+
+// Abort does nothing: SQLite cannot keep a transaction from committing.
+func (o *outbox) Abort(context.Context, store.Execer) {}
+
+type inbox struct {
+	t                ident.Table
+	insert, cleanupQ string
+}
+
+func newInbox(t ident.Table) *inbox {
+	q := t.Quoted()
+	return &inbox{
+		t:        t,
+		insert:   `INSERT INTO ` + q + ` (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`,
+		cleanupQ: `DELETE FROM ` + q + ` WHERE rowid IN (SELECT rowid FROM ` + q + ` WHERE processed_at < ? LIMIT ?)`,
+	}
+}
+
+func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
+	return exists(ctx, x, in.t)
+}
+
+func (in *inbox) Create(ctx context.Context, x store.Execer) error {
+	return createMissing(ctx, x, "0003_inbox_messages.up.sql", store.DefaultInbox, in.t)
+}
+
+func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	res, err := x.ExecContext(ctx, in.insert, consumer, id)
+	if err != nil {
+		if IsTableMissing(err) {
+			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
+func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	res, err := db.ExecContext(ctx, in.cleanupQ, time.Now().Add(-olderThan).UnixMicro(), limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

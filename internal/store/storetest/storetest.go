@@ -1,0 +1,45 @@
+// Package storetest is Herald's conformance suite: the behaviour every storage
+// implementation must show, run through the public API (outboxhook, relay,
+// inbox) against a real database. Each implementation's package runs it:
+//
+//	func TestConformance(t *testing.T) { storetest.Run(t, testkit.SQLite) }
+//
+// It covers write-path atomicity in every GORM path the README lists (rollbacks,
+// savepoints, Save's fallback insert, retries, caller-opened transactions),
+// exactly-once writes, bad input, the relay's claims shared between instances,
+// backoff and death, requeue, ordered leases and takeover, cleanup, and the
+// inbox's deduplication under concurrent duplicates. Models:
+// riverqueue/river's riverdrivertest, Watermill's pubsub/tests.
+package storetest
+
+import (
+	"testing"
+
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+type namedTest struct {
+	name string
+	f    func(t *testing.T, d testkit.Dialect)
+}
+
+// Run runs the whole suite against d, each test in parallel on a database of
+// its own.
+func Run(t *testing.T, d testkit.Dialect) {
+	for _, group := range []struct {
+		name  string
+		tests []namedTest
+	}{
+		{"write", writeTests},
+		{"inbox", inboxTests},
+	} {
+		t.Run(group.name, func(t *testing.T) {
+			for _, tc := range group.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.f(t, d)
+				})
+			}
+		})
+	}
+}

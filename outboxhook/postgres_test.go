@@ -1,0 +1,120 @@
+package outboxhook_test
+
+// PostgreSQL-specific tests of the plugin and its configuration; the write
+// path's behaviour on every database is the conformance suite's
+// (internal/store/storetest).
+
+import (
+	"context"
+	"io/fs"
+	"strings"
+	"testing"
+
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/migrations"
+	"github.com/heraldgo/herald/outboxhook"
+)
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []outboxhook.Config{
+		{Table: "a.b.c"},
+		{Table: `x"; DROP TABLE y; --`},
+		{MaxPayloadBytes: -1},
+	} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil", bad)
+		}
+		db := pgtest.Open(t, nil)
+		if err := db.Use(outboxhook.New(bad)); err == nil {
+			t.Errorf("db.Use accepted %+v", bad)
+		}
+	}
+	if err := (outboxhook.Config{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := outboxhook.New(outboxhook.Config{}).Config()
+	if c.Table != "outbox_messages" || c.MaxPayloadBytes != 1<<20 || c.Codec == nil || c.Topic == nil {
+		t.Fatalf("defaults = %+v", c)
+	}
+}
+
+func TestCustomTable(t *testing.T) {
+	t.Parallel()
+	schema, dsn := pgtest.Schema(t)
+	db := pgtest.OpenDSN(t, dsn, nil)
+	must(t, db.Use(outboxhook.New(outboxhook.Config{Table: schema + ".events_out"})))
+	must(t, db.AutoMigrate(&Order{}))
+	must(t, db.Create(NewOrder()).Error)
+	if count(t, db, schema+".events_out") != 1 {
+		t.Fatal("event not in the custom table")
+	}
+	var idx int64
+	must(t, db.Raw(`SELECT count(*) FROM pg_indexes WHERE schemaname = ? AND indexname = 'events_out_pending_idx'`, schema).Scan(&idx).Error)
+	if idx != 1 {
+		t.Fatal("pending index missing")
+	}
+}
+
+// The table is created by the migration as its owner; a writer role with only
+// SELECT and INSERT on it, and no right to create anything, uses the plugin.
+func TestLeastPrivilegeWriter(t *testing.T) {
+	t.Parallel()
+	schema, dsn := pgtest.Schema(t)
+	admin := pgtest.Admin(t)
+	ddl, err := fs.ReadFile(migrations.Postgres(), "0001_outbox_messages.up.sql")
+	must(t, err)
+	role := pgtest.Name("herald_writer_")
+	for _, q := range []string{
+		`SET search_path = ` + schema,
+		string(ddl),
+		`CREATE TABLE orders (id uuid PRIMARY KEY, status text)`,
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+		`GRANT SELECT, INSERT ON outbox_messages TO ` + role,
+		`GRANT SELECT, INSERT, UPDATE ON orders TO ` + role,
+	} {
+		conn, err := admin.Conn(context.Background())
+		must(t, err)
+		_, err = conn.ExecContext(context.Background(), `SET search_path = `+schema+`; `+q)
+		_ = conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP OWNED BY ` + role)
+		_, _ = admin.Exec(`DROP ROLE ` + role)
+	})
+	db := pgtest.OpenDSN(t, strings.Replace(dsn, "postgres@", role+"@", 1), nil)
+	must(t, db.Use(outboxhook.New(outboxhook.Config{}))) // table present: no DDL tried
+	o := NewOrder()
+	must(t, db.Create(o).Error)
+	o.Pay(1)
+	must(t, db.Transaction(func(tx *gorm.DB) error { return tx.Save(o).Error }))
+	o.Pay(2)
+	must(t, db.Save(o).Error)
+	wantTypes(t, db, "order.placed", "order.paid", "order.paid")
+}
+
+// All events of one statement go in one INSERT: a statement-level trigger counts
+// the INSERT statements on the outbox.
+func TestOneInsertPerStatement(t *testing.T) {
+	db := setup(t, outboxhook.Config{}, nil)
+	must(t, db.Exec(`CREATE TABLE stmt_count (n int NOT NULL); INSERT INTO stmt_count VALUES (0)`).Error)
+	must(t, db.Exec(`CREATE FUNCTION count_stmt() RETURNS trigger LANGUAGE plpgsql AS
+		$$BEGIN UPDATE stmt_count SET n = n + 1; RETURN NULL; END$$`).Error)
+	must(t, db.Exec(`CREATE TRIGGER count_stmt AFTER INSERT ON outbox_messages FOR EACH STATEMENT EXECUTE FUNCTION count_stmt()`).Error)
+	orders := []*Order{NewOrder(), NewOrder(), NewOrder()}
+	for _, o := range orders {
+		o.Pay(1)
+	}
+	must(t, db.Create(&orders).Error)
+	var n int
+	must(t, db.Raw(`SELECT n FROM stmt_count`).Scan(&n).Error)
+	if got := count(t, db, "outbox_messages"); got != 6 || n != 1 {
+		t.Fatalf("%d events in %d INSERT statements, want 6 in 1", got, n)
+	}
+}
