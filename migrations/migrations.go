@@ -24,6 +24,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/mysql"
 	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/internal/store/sqlite"
 )
@@ -33,6 +34,9 @@ func Postgres() fs.FS { return postgres.Migrations() }
 
 // SQLite returns the SQLite migrations.
 func SQLite() fs.FS { return sqlite.Migrations() }
+
+// MySQL returns the MySQL/MariaDB migrations.
+func MySQL() fs.FS { return mysql.Migrations() }
 
 // For returns the migrations of db's database.
 func For(db *gorm.DB) (fs.FS, error) {

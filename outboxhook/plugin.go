@@ -59,6 +59,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err != nil {
 		return fmt.Errorf("outboxhook: %w", err)
 	}
+	if err := drivers.Check(db); err != nil {
+		return fmt.Errorf("outboxhook: %w", err)
+	}
 	p.out = drv.Outbox(p.table)
 	if !p.cfg.DisableAutoCreate {
 		if err := p.ensureTable(context.Background(), db); err != nil {

@@ -98,8 +98,8 @@ func Statements(fsys fs.FS, file string) ([]string, error) {
 
 // Render puts table t where a migration statement names the default table def
 // (quoted with q's quote character): the table itself and the tables derived
-// from it (def_leases) qualified as t is, the indexes derived from it (def_*_idx)
-// unqualified, as index names are.
+// from it (def_leases) qualified as t is, the indexes and keys derived from it
+// (def_*_idx, def_*_key) unqualified, as index names are.
 func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) string {
 	qc := quote(ident.Table{Name: "x"})[:1] // the quote character
 	re := regexp.MustCompile(regexp.QuoteMeta(qc+def) + `(_[a-z_]+)?` + regexp.QuoteMeta(qc))
@@ -108,7 +108,7 @@ func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) str
 		switch {
 		case suffix == "":
 			return quote(t)
-		case strings.HasSuffix(suffix, "_idx"):
+		case strings.HasSuffix(suffix, "_idx"), strings.HasSuffix(suffix, "_key"):
 			return quote(ident.Table{Name: t.Derived(suffix).Name})
 		default:
 			return quote(t.Derived(suffix))

@@ -85,7 +85,7 @@ func OpenSQLite(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 // Dialects are the dialects the tests run against: all of them, or those named
 // in HERALD_TEST_DIALECTS (comma-separated).
 func Dialects() []Dialect {
-	all := []Dialect{Postgres, SQLite}
+	all := []Dialect{Postgres, SQLite, MySQL}
 	want := os.Getenv("HERALD_TEST_DIALECTS")
 	if want == "" {
 		return all

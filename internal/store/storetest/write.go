@@ -916,9 +916,7 @@ func testMixedCaseTable(t *testing.T, dl testkit.Dialect) {
 		must(t, outboxhook.Add(db, DocEvent{}))
 	}
 	db := dl.Open(t, dsn, nil)
-	var n int64
-	must(t, db.Raw(`SELECT count(*) FROM "OutBox"`).Scan(&n).Error)
-	if n != 4 {
+	if n := testkit.Count(t, db, "OutBox"); n != 4 {
 		t.Fatalf(`"OutBox" has %d rows, want 4`, n)
 	}
 	if dl.Name == "postgres" {

@@ -1,0 +1,3 @@
+-- +goose Down
+DROP TABLE IF EXISTS `outbox_messages_locks`;
+DROP TABLE IF EXISTS `outbox_messages`;
