@@ -17,24 +17,32 @@ import (
 type Stats struct {
 	// Pending is the number of events not yet published and not dead.
 	Pending int64
+	// Failing is the number of pending events whose publish failed at least
+	// once (attempts > 0), waiting for a retry. Events that keep failing while
+	// nothing confirms the failures are their own (a broker outage, or a topic
+	// refused with no other traffic) stay here, retried every MaxBackoff, and
+	// never die: watch Failing and OldestPending.
+	Failing int64
 	// Dead is the number of dead events, waiting to be requeued.
 	Dead int64
 	// OldestPending is the age of the oldest pending event (since its insert);
 	// 0 when none is pending.
 	OldestPending time.Duration
 	// Published, Failed and Died count this relay's publishes since it started:
-	// events published, failed attempts, and events that went dead.
+	// events published, failed attempts, and events that went dead. They are
+	// counted when the batch's Publish calls are done, before its marks commit
+	// (an event whose marks were lost is published, and counted, again).
 	Published, Failed, Died int64
 }
 
-// Stats reads the pending and dead counts and the oldest pending event's age
-// from the database, and adds this relay's counters.
+// Stats reads the pending, failing and dead counts and the oldest pending
+// event's age from the database, and adds this relay's counters.
 func (r *Relay) Stats(ctx context.Context) (Stats, error) {
 	var (
 		s   Stats
 		age sql.NullFloat64
 	)
-	if err := r.db.QueryRowContext(ctx, r.q.stats).Scan(&s.Pending, &s.Dead, &age); err != nil {
+	if err := r.db.QueryRowContext(ctx, r.q.stats).Scan(&s.Pending, &s.Failing, &s.Dead, &age); err != nil {
 		return Stats{}, fmt.Errorf("relay: stats: %w", err)
 	}
 	if age.Valid {
@@ -44,11 +52,13 @@ func (r *Relay) Stats(ctx context.Context) (Stats, error) {
 	return s, nil
 }
 
-// DeadEvent is a dead event: its envelope, how many attempts it had, the last
-// error and when it died.
+// DeadEvent is a dead event: its envelope, its failed attempts and strikes
+// (the attempts that failed while the publisher was seen to work, see
+// Config.MaxAttempts), the last error and when it died.
 type DeadEvent struct {
 	events.Envelope
 	Attempts  int
+	Strikes   int
 	LastError string
 	DeadAt    time.Time
 }
@@ -69,7 +79,7 @@ func (r *Relay) Dead(ctx context.Context, limit int) ([]DeadEvent, error) {
 			lastErr sql.NullString
 		)
 		if err := rows.Scan(&id, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &d.Payload, &md,
-			&d.OccurredAt, &d.Attempts, &lastErr, &d.DeadAt); err != nil {
+			&d.OccurredAt, &d.Attempts, &d.Strikes, &lastErr, &d.DeadAt); err != nil {
 			return nil, fmt.Errorf("relay: list dead: %w", err)
 		}
 		d.ID, _ = uuid.Parse(id)
@@ -83,7 +93,8 @@ func (r *Relay) Dead(ctx context.Context, limit int) ([]DeadEvent, error) {
 // ErrNotDead is returned by Requeue for an id that is not a dead event.
 var ErrNotDead = errors.New("relay: no dead event with that id")
 
-// Requeue makes a dead event pending again, with its attempts reset.
+// Requeue makes a dead event pending again, due now, with its attempts and
+// strikes reset.
 func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
 	res, err := r.db.ExecContext(ctx, r.q.requeue, id.String())
 	if err != nil {
@@ -96,7 +107,8 @@ func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
 	return nil
 }
 
-// RequeueAll makes every dead event pending again and returns how many.
+// RequeueAll makes every dead event pending again, due now, with attempts and
+// strikes reset, and returns how many.
 func (r *Relay) RequeueAll(ctx context.Context) (int64, error) {
 	res, err := r.db.ExecContext(ctx, r.q.requeueAll)
 	if err != nil {

@@ -32,13 +32,50 @@ type Config struct {
 	// came back full), each in its own transaction; in ordered mode each works a
 	// disjoint share of the partitions. Defaults to 2.
 	Workers int
-	// MaxAttempts is how many failed publishes make an event dead: it is kept, with
-	// dead_at set, until requeued. Defaults to 12.
+	// MaxAttempts is how many strikes make an event dead: it is kept, with
+	// dead_at set, until requeued. Every failed publish (an error, a panic, or
+	// no return within PublishTimeout) is an attempt (the attempts column) and
+	// schedules a retry (see MinBackoff). It is also a strike (the strikes
+	// column) only when it is confirmed: a Publish call of the same batch, in
+	// the same process, that started after the failed call returned
+	// succeeded, so the publisher worked after the failure and the failure is
+	// the event's own. Only this process's monotonic clock decides that; the
+	// application's and the database's clocks are never compared. Hence:
+	//
+	//   - A broker outage adds no strike, however long, whenever it begins
+	//     (before, during or between batches), in both modes and with any
+	//     number of instances (each trusts only its own calls); only an
+	//     outage that ends within the batch an event failed in can confirm
+	//     that failure: at most one strike per failed call.
+	//   - A failing event dies no sooner than its backoff schedule allows:
+	//     its MaxAttempts-th failure comes about RetryHorizon after its first
+	//     (at least half of it, with jitter; only an outage's recovery, see
+	//     MinBackoff, can bring a retry of it forward, once per outage).
+	//   - A failure nothing confirms is retried every MaxBackoff, for ever:
+	//     a topic the broker refuses while no other traffic flows, a hang
+	//     that leaves its batch no time to publish after it (an unordered
+	//     batch starts no call later than 2 PublishTimeouts after its claim,
+	//     and a hang costs two). Stats.Failing and herald_outbox_failing count
+	//     such events, OldestPending ages, and the log names the topic.
+	//
+	// In ordered mode the layers of a batch publish one after the other, so a
+	// success in a later layer confirms the failures of earlier ones; in
+	// unordered mode a failed chunk is retried one event at a time, so the
+	// events published after a failing one confirm it. Rows that cannot be
+	// decoded die at once. Defaults to 12.
 	MaxAttempts int
-	// MinBackoff and MaxBackoff bound the wait before retrying a failed event: the
-	// n-th failure waits MinBackoff·2^(n-1), capped at MaxBackoff, with jitter
-	// (between half and all of it). Defaults to 1s and 5m: with 12 attempts the
-	// retry horizon (RetryHorizon) is 18.5 minutes.
+	// MinBackoff and MaxBackoff bound the wait before retrying a failed event:
+	// after its n-th failed attempt it waits MinBackoff·2^(n-1), capped at
+	// MaxBackoff, with jitter (between half and all of it), from the moment
+	// the database recorded the failure. Nothing makes a retry due earlier,
+	// whatever other events do, but the recovery from an outage: when at
+	// least two batches in a row of this instance failed and published
+	// nothing, and one of their failures was an event's first attempt, the
+	// first batch that publishes again makes due the retries of the events
+	// that failed since that streak began, for each topic and event type that
+	// batch (or a later one, within MaxBackoff) publishes. A refused topic or
+	// type is never recovered by other traffic. Defaults to 1s and 5m: with
+	// 12 attempts the retry horizon (RetryHorizon) is 18.5 minutes.
 	MinBackoff, MaxBackoff time.Duration
 	// Retention keeps published events for this long (processed_at set) before a
 	// cleaner deletes them. Defaults to 0: an event is deleted as soon as the broker
@@ -165,10 +202,15 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// RetryHorizon is the longest an event can wait between its first failed
-// publish and its last try: the sum of the backoffs of MaxAttempts-1 retries,
-// without jitter. An inbox must keep message ids longer than this (plus the time
-// a broker may hold a redelivery) to catch every duplicate.
+// RetryHorizon is the sum of the un-jittered backoffs of MaxAttempts-1
+// retries: how long after its first failure an event whose failures are all
+// confirmed makes its last attempt and dies (jitter makes it between half and
+// all of this). Events whose failures are not confirmed (see MaxAttempts) are
+// retried beyond it, every MaxBackoff. An inbox must keep message ids longer
+// than this (plus the time a broker may hold a redelivery) to catch the
+// duplicates of retries; a publish that reached the broker but was reported
+// failed during a longer outage is published again when the broker is back,
+// later than that.
 func (c Config) RetryHorizon() time.Duration {
 	c.setDefaults()
 	var total time.Duration

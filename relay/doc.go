@@ -6,16 +6,36 @@
 //
 // A cycle claims due events, publishes them with the event id as the message
 // UUID, and marks them only after Publish returned nil: it deletes them, or sets
-// processed_at when Config.Retention is set (a cleaner deletes them later). A
-// failed publish (an error, a panic, or no return within PublishTimeout) counts
-// an attempt and schedules a retry after a capped exponential backoff with
-// jitter; after MaxAttempts the event is dead: kept, with the reason, until
-// Requeue or RequeueAll. An event only dies if the publisher published
-// something since the event first failed; otherwise, as in a broker outage, its
-// failures may all be the broker's and the last attempt is retried instead, so
-// an outage of any length kills no event. When a publish succeeds
-// after a run of failed batches, every waiting retry becomes due at once. Retry state lives in the row, never in memory, so a
-// relay that crashes loses nothing: the events are claimed again.
+// processed_at when Config.Retention is set (a cleaner deletes them later).
+// Retry state lives in the row, never in memory, so a relay that crashes loses
+// nothing: the events are claimed again.
+//
+// # Retries and death
+//
+// A failed publish (an error, a panic, or no return within PublishTimeout)
+// counts an attempt and schedules a retry after a capped exponential backoff
+// with jitter, by the database's clock; nothing makes it due earlier, whatever
+// other events do, except the recovery from an outage (below). A failure is
+// also a strike when it is confirmed: a Publish call of the same batch, in
+// the same process, that started after the failed call returned succeeded
+// (the process's monotonic clock decides; no two clocks are compared). After
+// MaxAttempts strikes the event is dead: kept, with the reason, until Requeue
+// or RequeueAll. So a broker outage, however long and whenever it begins,
+// kills nothing and adds no strike, with any number of instances (only an
+// outage that ends inside the batch of a failure confirms that one failure);
+// a failing event dies no sooner than its backoff schedule allows, about
+// Config.RetryHorizon after its first failure; and a failure nothing confirms
+// (a refused topic with no other traffic) is retried every MaxBackoff for
+// ever, counted by Stats.Failing and logged with its topic, at most once per
+// 30s per topic. Rows that cannot be decoded die at once.
+//
+// An outage, to an instance, is two or more of its batches in a row that
+// failed and published nothing, one of whose failures was an event's first
+// attempt. After one, each topic and event type the instance publishes again
+// (within MaxBackoff) has the retries of its events that failed since the
+// outage began made due at once, rather than waiting out backoffs that grew
+// while the broker was away. A topic or type the broker keeps refusing is
+// never made due by other traffic.
 //
 // # Modes
 //
@@ -50,8 +70,14 @@
 //
 // # Operating
 //
-// Stats and the Prometheus Collector report pending and dead counts and the age
-// of the oldest pending event. The relay's role needs SELECT, UPDATE and DELETE
+// Stats and the Prometheus Collector report pending, failing (attempts > 0)
+// and dead counts and the age of the oldest pending event. Failing events that
+// never die are the sign of a topic the broker refuses while nothing else is
+// published; the log names the topic and the error. The common cause: with
+// the default topic (the event type, such as "order.paid"), watermill-nats
+// with JetStream refuses every publish ("nats: invalid stream name": a stream
+// name cannot contain '.'); map event types to valid topics with
+// outboxhook.Config.Topic. The relay's role needs SELECT, UPDATE and DELETE
 // on the outbox table; the relay creates its lease tables and indexes when
 // missing (migrations/0001_relay.sql for a role without DDL rights). An index it
 // may not create is only logged: it makes the relay faster, not correct. The

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -84,9 +85,20 @@ func (p badPublisher) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // A publisher that errors, panics or hangs fails only the events it fails on:
-// they go dead after MaxAttempts with the reason; their neighbours are published.
-// In ordered mode the later events of the same aggregate wait, then are released
-// when the failing event dies.
+// they go dead after MaxAttempts strikes with the reason; their neighbours are
+// published. A strike is a failure the publisher was seen to outlive (a
+// Publish call of the same batch that started after it returned succeeded),
+// so the test keeps other events flowing (trickle): without other traffic a
+// failure cannot be told from an outage and is retried, not killed
+// (TestPermanentRefusalIsVisible). In ordered mode the later events of the
+// same aggregate wait, then are released when the failing event dies.
+//
+// A hang costs its batch PublishTimeout twice (the chunk, then the event
+// alone). An unordered batch starts no call later than 2 PublishTimeouts after
+// its claim, so nothing can publish after the hang in the same batch: the
+// hanging events are never confirmed and stay failing, retried, like events
+// in an outage (a hang is what an unreachable broker looks like). An ordered
+// batch has the rest of its lease (here 3s) and confirms them.
 func TestFailingPublisher(t *testing.T) {
 	for _, mode := range []string{"error", "panic", "hang"} {
 		for _, ordered := range []bool{false, true} {
@@ -97,19 +109,33 @@ func TestFailingPublisher(t *testing.T) {
 				got := consume(t, gc, "account.deposited")
 				r, err := relay.New(e.db, badPublisher{gc, mode}, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond,
 					MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
-					PublishTimeout: 200 * time.Millisecond, LeaseDuration: time.Second, Logger: quietLogger()})
+					PublishTimeout: 100 * time.Millisecond, LeaseDuration: 3 * time.Second, Logger: quietLogger()})
 				if err != nil {
 					t.Fatal(err)
 				}
 				e.run(r)
-				eventually(t, 20*time.Second, "12 good events", func() bool { return got.distinct() == 12 })
+				stop := e.trickle(20 * time.Millisecond)
+				wantDead := 4
+				if mode == "hang" && !ordered {
+					wantDead = 0
+					eventually(t, 20*time.Second, "the hanging events' retries", func() bool {
+						s, err := r.Stats(context.Background())
+						return err == nil && s.Failing == 4 && s.Failed >= 4*4
+					})
+				}
 				var dead []relay.DeadEvent
-				eventually(t, 20*time.Second, "4 dead events", func() bool {
+				eventually(t, 20*time.Second, fmt.Sprintf("%d dead events", wantDead), func() bool {
 					dead, err = r.Dead(context.Background(), 100)
-					return err == nil && len(dead) == 4
+					return err == nil && len(dead) == wantDead
 				})
+				healthy := stop()
+				eventually(t, 20*time.Second, "the good events", func() bool { return got.distinct() == 12+len(healthy) })
 				for _, d := range dead {
-					if d.Attempts != 3 || d.LastError == "" {
+					var ev Deposited
+					if err := json.Unmarshal(d.Payload, &ev); err != nil || ev.Seq != 2 {
+						t.Fatalf("dead event %s is not a failing one: %s", d.ID, d.Payload)
+					}
+					if d.Strikes != 3 || d.Attempts < 3 || d.LastError == "" {
 						t.Fatalf("dead event %+v", d)
 					}
 					want := map[string]string{"error": "broker refused", "panic": "panicked", "hang": "timed out"}[mode]
@@ -120,10 +146,17 @@ func TestFailingPublisher(t *testing.T) {
 				if ordered {
 					checkOrder(t, ids, got)
 				}
+				if wantDead == 0 {
+					eventually(t, 10*time.Second, "only the hanging events pending", func() bool { return e.pending() == 4 })
+					if s, _ := r.Stats(context.Background()); s.Dead != 0 || s.Failing != 4 || s.Pending != 4 {
+						t.Fatalf("stats = %+v", s)
+					}
+					return
+				}
 				eventually(t, 10*time.Second, "outbox drained", func() bool { return e.pending() == 0 })
 				s, _ := r.Stats(context.Background())
-				if s.Dead != 4 || s.Pending != 0 || s.Died != 4 || s.Published != 12 {
-					t.Fatalf("stats = %+v", s)
+				if s.Dead != 4 || s.Pending != 0 || s.Failing != 0 || s.Died != 4 || s.Published != int64(12+len(healthy)) {
+					t.Fatalf("stats = %+v; want 4 dead, %d published", s, 12+len(healthy))
 				}
 			})
 		}
@@ -183,11 +216,12 @@ func TestUndecodableRows(t *testing.T) {
 }
 
 // A publisher that fails every event is down: the events wait, none dies. One
-// that fails some events while publishing others kills those after MaxAttempts;
-// RequeueAll brings them back.
+// that fails some events while publishing others (here: the other traffic of
+// a trickle, published after them in the same batches) kills those after
+// MaxAttempts strikes; RequeueAll brings them back.
 func TestOutageKillsNothingAndRequeueAll(t *testing.T) {
 	e := newEnv(t)
-	e.write(2, 2) // Seq 0, 1
+	ids := idSet(e.write(2, 2)) // Seq 0, 1
 	gc := newGoChannel()
 	got := consume(t, gc, "account.deposited")
 	var mode atomic.Int32 // 0: down; 1: fails Seq 1 only; 2: fine
@@ -212,18 +246,22 @@ func TestOutageKillsNothingAndRequeueAll(t *testing.T) {
 	}
 	returned, _ := e.run(r)
 	eventually(t, 10*time.Second, "failed publishes", func() bool { s, _ := r.Stats(context.Background()); return s.Failed >= 6 })
-	if s, _ := r.Stats(context.Background()); s.Dead != 0 || s.Pending != 4 {
+	if s, _ := r.Stats(context.Background()); s.Dead != 0 || s.Pending != 4 || s.Failing != 4 {
 		t.Fatalf("during the outage: %+v", s)
 	}
 	mode.Store(1)
+	stop := e.trickle(20 * time.Millisecond)
 	eventually(t, 10*time.Second, "2 dead", func() bool { s, _ := r.Stats(context.Background()); return s.Dead == 2 })
-	eventually(t, 10*time.Second, "2 events", func() bool { return got.distinct() == 2 })
+	for _, id := range stop() {
+		ids[id] = true
+	}
+	eventually(t, 10*time.Second, "all but the 2 dead", func() bool { return got.distinct() == len(ids)-2 })
 	mode.Store(2)
 	n, err := r.RequeueAll(context.Background())
 	if err != nil || n != 2 {
 		t.Fatalf("requeued %d, %v", n, err)
 	}
-	eventually(t, 10*time.Second, "4 events", func() bool { return got.distinct() == 4 })
+	eventually(t, 10*time.Second, "every event", func() bool { return got.distinct() == len(ids) })
 	if returned.Load() {
 		t.Fatal("Run returned")
 	}

@@ -205,7 +205,7 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	for i, u := range units {
 		for j, rw := range u {
 			if rw.err != nil {
-				out.add(rw, rw.err)
+				out.add(rw, result{err: rw.err})
 				units[i] = u[:j]
 				break
 			}

@@ -8,7 +8,7 @@ import (
 )
 
 // Collector returns a Prometheus collector for the relay: the outbox gauges
-// (herald_outbox_pending, herald_outbox_dead,
+// (herald_outbox_pending, herald_outbox_failing, herald_outbox_dead,
 // herald_outbox_oldest_pending_age_seconds, read from the database at scrape time
 // with a 5s timeout) and this relay's counters and publish durations
 // (herald_relay_published_total, herald_relay_failed_total,
@@ -20,6 +20,7 @@ type collector struct{ r *Relay }
 
 var (
 	descPending = prometheus.NewDesc("herald_outbox_pending", "Events not yet published and not dead.", []string{"table"}, nil)
+	descFailing = prometheus.NewDesc("herald_outbox_failing", "Pending events whose publish failed at least once, waiting for a retry.", []string{"table"}, nil)
 	descDead    = prometheus.NewDesc("herald_outbox_dead", "Dead events, waiting to be requeued.", []string{"table"}, nil)
 	descOldest  = prometheus.NewDesc("herald_outbox_oldest_pending_age_seconds", "Age of the oldest pending event.", []string{"table"}, nil)
 	descPub     = prometheus.NewDesc("herald_relay_published_total", "Events this relay published.", []string{"table"}, nil)
@@ -30,7 +31,7 @@ var (
 
 // Describe sends the descriptions of every metric the collector exports.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descPending, descDead, descOldest, descPub, descFailed, descDied, descUp} {
+	for _, d := range []*prometheus.Desc{descPending, descFailing, descDead, descOldest, descPub, descFailed, descDied, descUp} {
 		ch <- d
 	}
 	c.r.m.durations.Describe(ch)
@@ -48,6 +49,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		up = 0
 	} else {
 		ch <- prometheus.MustNewConstMetric(descPending, prometheus.GaugeValue, float64(s.Pending), t)
+		ch <- prometheus.MustNewConstMetric(descFailing, prometheus.GaugeValue, float64(s.Failing), t)
 		ch <- prometheus.MustNewConstMetric(descDead, prometheus.GaugeValue, float64(s.Dead), t)
 		ch <- prometheus.MustNewConstMetric(descOldest, prometheus.GaugeValue, s.OldestPending.Seconds(), t)
 	}

@@ -75,13 +75,49 @@ func toMessage(r *row) (*message.Message, error) {
 	}), nil
 }
 
+// result is how one row's publish ended: its error (nil when published) and
+// when the Publish call that decided it returned, by this process's monotonic
+// clock.
+type result struct {
+	err error
+	end time.Time
+}
+
+// evidence is what one batch's Publish calls showed about the publisher: the
+// start of the latest call that succeeded, by this process's monotonic clock.
+// A failed call is confirmed, the event's own failure and not the broker's,
+// when a call that started after it returned succeeded (see confirms). Only
+// this process's own calls of this batch count: no other clock is compared.
+type evidence struct {
+	mu     sync.Mutex
+	lastOK time.Time
+}
+
+func (e *evidence) succeeded(start time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if start.After(e.lastOK) {
+		e.lastOK = start
+	}
+}
+
+// confirms reports whether a call that failed and returned at end is shown to
+// have failed on its own account: a Publish call of the batch that started at
+// or after end succeeded, so the publisher worked after this failure.
+func (e *evidence) confirms(end time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return !e.lastOK.IsZero() && !e.lastOK.Before(end)
+}
+
 // publish calls the publisher with a timeout of PublishTimeout, turning a panic
-// into an error. startBy is the batch's start-by context: once it is done, no
-// call starts (errNotTried), so a batch ends within PublishTimeout of it. A
-// publisher that never returns leaves its goroutine behind: nothing can stop it.
-func (r *Relay) publish(startBy context.Context, topic string, msgs []*message.Message) error {
+// into an error, and records a success in ev. startBy is the batch's start-by
+// context: once it is done, no call starts (errNotTried), so a batch ends
+// within PublishTimeout of it. A publisher that never returns leaves its
+// goroutine behind: nothing can stop it.
+func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msgs []*message.Message) result {
 	if startBy.Err() != nil {
-		return errNotTried
+		return result{err: errNotTried, end: time.Now()}
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(startBy), r.cfg.PublishTimeout)
 	defer cancel()
@@ -89,6 +125,7 @@ func (r *Relay) publish(startBy context.Context, topic string, msgs []*message.M
 		m.SetContext(pctx)
 	}
 	done := make(chan error, 1)
+	start := time.Now()
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
@@ -97,32 +134,37 @@ func (r *Relay) publish(startBy context.Context, topic string, msgs []*message.M
 		}()
 		done <- r.pub.Publish(topic, msgs...)
 	}()
+	var err error
 	select {
-	case err := <-done:
-		return err
+	case err = <-done:
 	case <-pctx.Done():
-		return fmt.Errorf("%w after %v", ErrPublishTimeout, r.cfg.PublishTimeout)
+		err = fmt.Errorf("%w after %v", ErrPublishTimeout, r.cfg.PublishTimeout)
 	}
+	if err == nil {
+		ev.succeeded(start)
+	}
+	return result{err: err, end: time.Now()}
 }
 
 // publishRun publishes rows (one topic) in one call; if that fails, one by one,
-// so that a bad message does not fail its neighbours. It returns each row's error.
-func (r *Relay) publishRun(startBy context.Context, rows []*row) []error {
-	errs := make([]error, len(rows))
+// so that a bad message does not fail its neighbours (and the neighbours
+// published after it confirm its failure). It returns each row's result.
+func (r *Relay) publishRun(startBy context.Context, ev *evidence, rows []*row) []result {
+	res := make([]result, len(rows))
 	msgs := make([]*message.Message, 0, len(rows))
 	for _, rw := range rows {
 		msgs = append(msgs, rw.msg)
 	}
-	if err := r.publish(startBy, rows[0].topic, msgs); err == nil || len(rows) == 1 {
-		for i := range errs {
-			errs[i] = err
+	if all := r.publish(startBy, ev, rows[0].topic, msgs); all.err == nil || len(rows) == 1 {
+		for i := range res {
+			res[i] = all
 		}
-		return errs
+		return res
 	}
 	for i, rw := range rows {
-		errs[i] = r.publish(startBy, rw.topic, []*message.Message{rw.msg.Copy()})
+		res[i] = r.publish(startBy, ev, rw.topic, []*message.Message{rw.msg.Copy()})
 	}
-	return errs
+	return res
 }
 
 // errNotTried marks an event whose batch ran out of time before its turn: it is
@@ -130,9 +172,9 @@ func (r *Relay) publishRun(startBy context.Context, rows []*row) []error {
 var errNotTried = errors.New("batch out of time before this event's turn")
 
 // publishSet publishes rows in no particular order: per topic, in chunks spread
-// over PublishConcurrency workers. It returns each row's error.
-func (r *Relay) publishSet(startBy context.Context, rows []*row) []error {
-	errs := make([]error, len(rows))
+// over PublishConcurrency workers. It returns each row's result.
+func (r *Relay) publishSet(startBy context.Context, ev *evidence, rows []*row) []result {
+	res := make([]result, len(rows))
 	var (
 		chunks  [][]int
 		byTopic = map[string][]int{}
@@ -160,8 +202,8 @@ func (r *Relay) publishSet(startBy context.Context, rows []*row) []error {
 				for k, i := range idx {
 					run[k] = rows[i]
 				}
-				for k, err := range r.publishRun(startBy, run) {
-					errs[idx[k]] = err // each index is written by one worker only
+				for k, rr := range r.publishRun(startBy, ev, run) {
+					res[idx[k]] = rr // each index is written by one worker only
 				}
 			}
 		}()
@@ -171,7 +213,7 @@ func (r *Relay) publishSet(startBy context.Context, rows []*row) []error {
 	}
 	close(next)
 	wg.Wait()
-	return errs
+	return res
 }
 
 // chunk splits idx into at most n chunks of similar size (64 at least).
@@ -193,14 +235,14 @@ func (r *Relay) publishUnordered(startBy context.Context, rows []*row) *outcome 
 	ok := make([]*row, 0, len(rows))
 	for _, rw := range rows {
 		if rw.err != nil {
-			out.add(rw, rw.err) // cannot become a message: dead at once
+			out.add(rw, result{err: rw.err}) // cannot become a message: dead at once
 		} else {
 			ok = append(ok, rw)
 		}
 	}
-	for i, err := range r.publishSet(startBy, ok) {
-		if err != errNotTried {
-			out.add(ok[i], err)
+	for i, rr := range r.publishSet(startBy, &out.ev, ok) {
+		if rr.err != errNotTried {
+			out.add(ok[i], rr)
 		}
 	}
 	out.took = time.Since(start)
@@ -211,7 +253,8 @@ func (r *Relay) publishUnordered(startBy context.Context, rows []*row) *outcome 
 // order) layer by layer: the first event of every unit, all at once, then the
 // second, and so on, adding the results to out. A unit whose event failed (or
 // was not tried) publishes nothing more in this batch: its later events are held
-// back, unmarked.
+// back, unmarked. A success in a later layer confirms the failures of the
+// earlier ones (see evidence).
 func (r *Relay) publishOrdered(startBy context.Context, units [][]*row, out *outcome) {
 	start := time.Now()
 	stopped := make([]bool, len(units))
@@ -229,12 +272,12 @@ func (r *Relay) publishOrdered(startBy context.Context, units [][]*row, out *out
 		if len(rows) == 0 {
 			break
 		}
-		for j, err := range r.publishSet(startBy, rows) {
-			if err != nil {
+		for j, rr := range r.publishSet(startBy, &out.ev, rows) {
+			if rr.err != nil {
 				stopped[owner[j]] = true
 			}
-			if err != errNotTried {
-				out.add(rows[j], err)
+			if rr.err != errNotTried {
+				out.add(rows[j], rr)
 			}
 		}
 	}

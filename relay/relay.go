@@ -31,10 +31,9 @@ type Relay struct {
 	leases *leases // ordered mode only
 	m      metrics
 	hooks  testHooks
+	health health // this instance's evidence of outages, for the outage recovery
 
-	lastSuccess atomic.Int64 // unix nanos of the last batch that published something
-	failStreak  atomic.Int64 // batches in a row that published nothing and failed
-	failLog     *limiter
+	failLog, deadLog *topicLimiter // log lines about failed and dead events, per topic
 }
 
 // testHooks lets this package's tests put faults at exact points.
@@ -68,7 +67,8 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		wake:  make(chan struct{}, 1),
 		m:     newMetrics(cfg.Table),
 
-		failLog: newLimiter(30 * time.Second),
+		failLog: newTopicLimiter(30*time.Second, maxLogTopics),
+		deadLog: newTopicLimiter(30*time.Second, maxLogTopics),
 	}
 	if cfg.Ordered {
 		r.leases = newLeases(r)
@@ -270,44 +270,19 @@ func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
 	return len(rows), r.commitMarks(bctx, tx, r.publishUnordered(startBy, rows))
 }
 
-// commitMarks writes the outcome's marks in tx and commits it. After a streak
-// of batches that published nothing, the first that publishes makes every
-// waiting retry due at once: the publisher is back.
+// commitMarks counts the outcome (what was published happened, whether or not
+// its marks commit), writes its marks in tx and commits it, then lets the
+// outage recovery see the batch (see health).
 func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome) error {
+	r.m.record(out)
 	if err := r.mark(ctx, tx, out); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit marks: %w", err)
 	}
-	r.m.record(out)
-	if len(out.ok) > 0 {
-		r.lastSuccess.Store(time.Now().UnixNano())
-		if r.failStreak.Swap(0) > 0 {
-			if _, err := r.db.ExecContext(ctx, r.q.retryNow); err != nil {
-				r.log.Warn("publisher back; could not make waiting retries due", "err", err)
-			} else {
-				r.log.Info("publisher back; waiting retries are due now")
-			}
-		}
-	} else if len(out.failed) > 0 {
-		r.failStreak.Add(1)
-	}
+	r.recoverOutage(ctx, out)
 	return nil
-}
-
-// lastPublished is when the publisher last published something: now, if this
-// batch did. An event's last failure is only fatal when the publisher published
-// something since the event first failed (see markFailed): during an outage the
-// failures are the broker's, and no event dies of them.
-func (r *Relay) lastPublished(out *outcome) time.Time {
-	if len(out.ok) > 0 {
-		return time.Now()
-	}
-	if last := r.lastSuccess.Load(); last != 0 {
-		return time.Unix(0, last)
-	}
-	return time.Time{} // never: -infinity for the comparison
 }
 
 // lastError is err as stored in last_error: valid UTF-8 (a text column refuses
@@ -322,21 +297,40 @@ func lastError(err error) string {
 
 // outcome is the result of publishing a batch.
 type outcome struct {
-	ok     []string // ids published
-	failed []string // ids whose publish failed
-	errs   []string // the errors, by failed index
-	poison []bool   // by failed index: the row cannot be published at all (dead at once)
-	took   time.Duration
+	ok       []*row    // published
+	failed   []failure // not published, to be retried or dead
+	ev       evidence  // what the batch's Publish calls showed
+	took     time.Duration
+	failedAt time.Time // the database's time of the failure marks (set by mark)
 }
 
-func (o *outcome) add(r *row, err error) {
-	if err == nil {
-		o.ok = append(o.ok, r.id)
+// failure is a row whose publish failed.
+type failure struct {
+	row    *row
+	err    string    // as stored in last_error
+	poison bool      // the row cannot be published at all: dead at once
+	end    time.Time // when the failed Publish call returned (monotonic clock)
+}
+
+func (o *outcome) add(r *row, res result) {
+	if res.err == nil {
+		o.ok = append(o.ok, r)
 		return
 	}
-	o.failed = append(o.failed, r.id)
-	o.errs = append(o.errs, lastError(err))
-	o.poison = append(o.poison, errors.Is(err, ErrUndecodable))
+	o.failed = append(o.failed, failure{row: r, err: lastError(res.err), poison: errors.Is(res.err, ErrUndecodable), end: res.end})
+}
+
+// publishFailures reports whether a Publish call failed in the batch (rows
+// that could not become messages are not publish failures) and whether one of
+// those failures was an event's first attempt.
+func (o *outcome) publishFailures() (failed, first bool) {
+	for _, f := range o.failed {
+		if !f.poison {
+			failed = true
+			first = first || f.row.attempts == 0
+		}
+	}
+	return failed, first
 }
 
 // mark records the outcome in the claiming transaction: published rows are
@@ -352,40 +346,102 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 		if r.cfg.Retention > 0 {
 			q = r.q.markProcessed
 		}
-		if _, err := tx.ExecContext(ctx, q, out.ok); err != nil {
+		ids := make([]string, len(out.ok))
+		for i, rw := range out.ok {
+			ids[i] = rw.id
+		}
+		if _, err := tx.ExecContext(ctx, q, ids); err != nil {
 			return fmt.Errorf("mark published: %w", err)
 		}
 	}
-	if len(out.failed) > 0 {
-		if r.failLog.allow() {
-			r.log.Warn("publish failed; will retry", "events", len(out.failed), "err", out.errs[0], "suppressed", r.failLog.suppressed())
+	if len(out.failed) == 0 {
+		return nil
+	}
+	dead, err := r.markFailed(ctx, tx, out)
+	if err != nil {
+		return fmt.Errorf("mark failed: %w", err)
+	}
+	r.logFailures(out, dead)
+	return nil
+}
+
+// markFailed records every failure of out: an attempt, and a strike when the
+// failure is confirmed (see evidence); a retry after the backoff of the new
+// attempt count, or death at MaxAttempts strikes (at once for poison). It
+// returns the ids that went dead and sets out.failedAt to the database's time.
+func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[string]bool, error) {
+	n := len(out.failed)
+	ids, errs := make([]string, n), make([]string, n)
+	poison, confirmed := make([]bool, n), make([]bool, n)
+	for i, f := range out.failed {
+		ids[i], errs[i], poison[i] = f.row.id, f.err, f.poison
+		confirmed[i] = !f.poison && out.ev.confirms(f.end)
+	}
+	rows, err := tx.QueryContext(ctx, r.q.markFailed, ids, errs, poison, confirmed,
+		float64(r.cfg.MinBackoff.Milliseconds()), float64(r.cfg.MaxBackoff.Milliseconds()), r.cfg.MaxAttempts)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	dead := map[string]bool{}
+	for rows.Next() {
+		var (
+			id     string
+			isDead bool
+		)
+		if err := rows.Scan(&id, &isDead, &out.failedAt); err != nil {
+			return nil, err
 		}
-		rows, err := tx.QueryContext(ctx, r.q.markFailed, out.failed, out.errs,
-			float64(r.cfg.MinBackoff.Milliseconds()), float64(r.cfg.MaxBackoff.Milliseconds()), r.cfg.MaxAttempts, out.poison,
-			r.lastPublished(out))
-		if err != nil {
-			return fmt.Errorf("mark failed: %w", err)
-		}
-		defer rows.Close()
-		dead := 0
-		for rows.Next() {
-			var isDead bool
-			if err := rows.Scan(&isDead); err != nil {
-				return fmt.Errorf("mark failed: %w", err)
-			}
-			if isDead {
-				dead++
-			}
-		}
-		if err := rows.Err(); err != nil {
-			return fmt.Errorf("mark failed: %w", err)
-		}
-		r.m.dead.Add(int64(dead))
-		if dead > 0 {
-			r.log.Warn("events are dead after their last attempt", "count", dead, "last_error", out.errs[0])
+		if isDead {
+			dead[id] = true
 		}
 	}
-	return nil
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	r.m.dead.Add(int64(len(dead)))
+	return dead, nil
+}
+
+// logFailures logs the batch's failures, per topic and at most once per 30s
+// per topic: the events that will be retried, and those that went dead.
+func (r *Relay) logFailures(out *outcome, dead map[string]bool) {
+	type tally struct {
+		n    int
+		last failure
+	}
+	var topics []string
+	retrying, died := map[string]*tally{}, map[string]*tally{}
+	for _, f := range out.failed {
+		m := retrying
+		if dead[f.row.id] {
+			m = died
+		}
+		t := m[f.row.topic]
+		if t == nil {
+			if retrying[f.row.topic] == nil && died[f.row.topic] == nil {
+				topics = append(topics, f.row.topic)
+			}
+			t = &tally{}
+			m[f.row.topic] = t
+		}
+		t.n++
+		t.last = f
+	}
+	for _, topic := range topics {
+		if t := retrying[topic]; t != nil {
+			if ok, suppressed := r.failLog.allow(topic); ok {
+				r.log.Warn("publish failed; will retry", "topic", topic, "events", t.n, "event_id", t.last.row.id,
+					"attempts", t.last.row.attempts+1, "err", t.last.err, "suppressed", suppressed)
+			}
+		}
+		if t := died[topic]; t != nil {
+			if ok, suppressed := r.deadLog.allow(topic); ok {
+				r.log.Warn("events are dead after their last attempt; see Relay.Dead", "topic", topic, "events", t.n,
+					"event_id", t.last.row.id, "attempts", t.last.row.attempts+1, "last_error", t.last.err, "suppressed", suppressed)
+			}
+		}
+	}
 }
 
 type execer interface {

@@ -13,8 +13,8 @@ type queries struct {
 	claimOrdered   string // $1 limit, $2 partitions, $3 owned partitions
 	markDelete     string // $1 ids
 	markProcessed  string // $1 ids
-	markFailed     string // $1 ids, $2 errors, $3 min ms, $4 max ms, $5 max attempts, $6 poison, $7 last publish
-	retryNow       string
+	markFailed     string // $1 ids, $2 errors, $3 poison, $4 confirmed, $5 min ms, $6 max ms, $7 max attempts
+	recoverOutage  string // $1 outage began (database time), $2 topics, $3 types
 	stats          string
 	dead           string // $1 limit
 	requeue        string // $1 id
@@ -63,31 +63,37 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
 ORDER BY o.seq LIMIT $1`),
 		markDelete:    r.Replace(`DELETE FROM {t} WHERE id = ANY($1::uuid[])`),
 		markProcessed: r.Replace(`UPDATE {t} SET processed_at = now(), last_error = NULL WHERE id = ANY($1::uuid[])`),
-		// An event's last attempt only kills it when the publisher published
-		// something ($7) since the event first failed; otherwise it stays at its
-		// last attempt and is retried: its failures may all be the broker's.
+		// Every failure is an attempt and schedules the retry after the
+		// backoff of the new attempt count (MinBackoff·2^(attempts-1), capped,
+		// jittered to between half and all of it), by the database's clock. Only
+		// a confirmed failure (the publisher was seen to work after it) is a
+		// strike; MaxAttempts strikes kill, poison kills at once.
 		markFailed: r.Replace(`UPDATE {t} AS o SET
-  attempts = CASE WHEN f.poison OR NOT f.last OR f.works THEN o.attempts + 1 ELSE o.attempts END,
-  last_error = f.err,
-  last_failed_at = coalesce(o.last_failed_at, now()),
-  available_at = now() + least($3::float8 * power(2, least(o.attempts, 40)), $4::float8) * (0.5 + random() / 2) * interval '1 millisecond',
-  dead_at = CASE WHEN f.poison OR (f.last AND f.works) THEN now() END
-FROM (SELECT u.id, u.err, u.poison, o2.attempts + 1 >= $5 AS last,
-        $7::timestamptz >= coalesce(o2.last_failed_at, now()) AS works
-      FROM unnest($1::uuid[], $2::text[], $6::bool[]) AS u(id, err, poison)
-      JOIN {t} o2 ON o2.id = u.id) AS f
-WHERE o.id = f.id
-RETURNING o.dead_at IS NOT NULL`),
-		retryNow: r.Replace(`UPDATE {t} SET available_at = now()
-WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 AND available_at > now()`),
-		stats: r.Replace(`SELECT
-  (SELECT count(*) FROM {t} WHERE {pending}),
-  (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
-  (SELECT extract(epoch FROM now() - min(created_at)) FROM {t} WHERE {pending})`),
-		dead: r.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT $1`),
-		requeue: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, last_failed_at = NULL, available_at = now()
+  attempts = o.attempts + 1,
+  strikes = o.strikes + CASE WHEN u.confirmed THEN 1 ELSE 0 END,
+  last_error = u.err,
+  last_failed_at = statement_timestamp(),
+  available_at = statement_timestamp()
+    + least($5::float8 * power(2, least(o.attempts, 40)), $6::float8) * (0.5 + random() / 2) * interval '1 millisecond',
+  dead_at = CASE WHEN u.poison OR (u.confirmed AND o.strikes + 1 >= $7) THEN statement_timestamp() END
+FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::bool[]) AS u(id, err, poison, confirmed)
+WHERE o.id = u.id AND o.processed_at IS NULL AND o.dead_at IS NULL
+RETURNING o.id::text, o.dead_at IS NOT NULL, statement_timestamp()`),
+		// After an outage: the retries of the events of these topics and types
+		// that failed since it began are due now.
+		recoverOutage: r.Replace(`UPDATE {t} AS o SET available_at = statement_timestamp()
+FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::text[])) AS k(topic, type)
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0
+  AND o.available_at > statement_timestamp() AND o.last_failed_at >= $1
+  AND o.topic = k.topic AND o.type = k.type`),
+		stats: r.Replace(`SELECT p.n, p.failing, (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL), p.age
+FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
+        extract(epoch FROM now() - min(created_at)) AS age
+      FROM {t} WHERE {pending}) AS p`),
+		dead: r.Replace(`SELECT {cols}, o.strikes, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT $1`),
+		requeue: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now()
 WHERE id = $1 AND dead_at IS NOT NULL`),
-		requeueAll: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, last_failed_at = NULL, available_at = now()
+		requeueAll: r.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now()
 WHERE dead_at IS NOT NULL`),
 		cleanup: r.Replace(`DELETE FROM {t} WHERE id IN (
   SELECT id FROM {t} WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`),

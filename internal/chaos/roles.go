@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -15,6 +18,7 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/aggregate"
@@ -50,15 +54,45 @@ type Effect struct {
 	Consumer  string
 }
 
-// env is what the orchestrator hands its child processes.
-type env struct{ dsn, nats, topic, id string }
+// env is what the orchestrator hands its child processes: where things are,
+// and the relays' retry settings.
+type env struct {
+	dsn, nats, id string
+	topics        []string // the first is never refused; the second is, in the refusal windows
+	refuseFile    string   // the refusal windows (see refusals)
+	relay         relaySettings
+}
+
+// relaySettings are the relays' retry settings, small so that deaths can
+// happen within the run (see the -max-attempts flag).
+type relaySettings struct {
+	maxAttempts            int
+	minBackoff, maxBackoff time.Duration
+	publishTimeout, lease  time.Duration
+}
+
+func (s relaySettings) config() relay.Config {
+	return relay.Config{MaxAttempts: s.maxAttempts, MinBackoff: s.minBackoff, MaxBackoff: s.maxBackoff,
+		PublishTimeout: s.publishTimeout, LeaseDuration: s.lease}
+}
 
 func childEnv() env {
-	return env{os.Getenv("CHAOS_DSN"), os.Getenv("CHAOS_NATS"), os.Getenv("CHAOS_TOPIC"), os.Getenv("CHAOS_ID")}
+	atoi := func(k string) int { n, _ := strconv.Atoi(os.Getenv(k)); return n }
+	dur := func(k string) time.Duration { d, _ := time.ParseDuration(os.Getenv(k)); return d }
+	return env{
+		dsn: os.Getenv("CHAOS_DSN"), nats: os.Getenv("CHAOS_NATS"), id: os.Getenv("CHAOS_ID"),
+		topics: strings.Split(os.Getenv("CHAOS_TOPICS"), ","), refuseFile: os.Getenv("CHAOS_REFUSE_FILE"),
+		relay: relaySettings{maxAttempts: atoi("CHAOS_MAX_ATTEMPTS"), minBackoff: dur("CHAOS_MIN_BACKOFF"),
+			maxBackoff: dur("CHAOS_MAX_BACKOFF"), publishTimeout: dur("CHAOS_PUBLISH_TIMEOUT"), lease: dur("CHAOS_LEASE")},
+	}
 }
 
 func (e env) vars() []string {
-	return []string{"CHAOS_DSN=" + e.dsn, "CHAOS_NATS=" + e.nats, "CHAOS_TOPIC=" + e.topic, "CHAOS_ID=" + e.id}
+	return []string{"CHAOS_DSN=" + e.dsn, "CHAOS_NATS=" + e.nats, "CHAOS_ID=" + e.id,
+		"CHAOS_TOPICS=" + strings.Join(e.topics, ","), "CHAOS_REFUSE_FILE=" + e.refuseFile,
+		fmt.Sprint("CHAOS_MAX_ATTEMPTS=", e.relay.maxAttempts), "CHAOS_MIN_BACKOFF=" + e.relay.minBackoff.String(),
+		"CHAOS_MAX_BACKOFF=" + e.relay.maxBackoff.String(), "CHAOS_PUBLISH_TIMEOUT=" + e.relay.publishTimeout.String(),
+		"CHAOS_LEASE=" + e.relay.lease.String()}
 }
 
 func openDB(dsn, app string) (*gorm.DB, error) {
@@ -89,6 +123,38 @@ func (c crashAfterAck) Publish(topic string, msgs ...*message.Message) error {
 	return err
 }
 
+// poisonKey marks, in an event's metadata, an event the relays' publisher
+// always refuses: it must end dead, and be the only kind that does.
+const poisonKey = "chaos_poison"
+
+// The errors of the relays' fault injection (refusing).
+var (
+	errPoisoned = errors.New("chaos: poisoned event refused")
+	errRefused  = errors.New("chaos: topic refused for a while")
+)
+
+// refusing is the relays' fault injection in front of the broker: it refuses
+// poisoned events always, and every event of the refused topic during the
+// refusal windows the orchestrator announces (see refusals), like a broker
+// that refuses one stream for a while.
+type refusing struct {
+	message.Publisher
+	topic string // the topic refused in the windows
+	win   *refusals
+}
+
+func (p refusing) Publish(topic string, msgs ...*message.Message) error {
+	for _, m := range msgs {
+		if m.Metadata.Get(poisonKey) != "" {
+			return errPoisoned
+		}
+	}
+	if topic == p.topic && p.win.active(time.Now()) {
+		return errRefused
+	}
+	return p.Publisher.Publish(topic, msgs...)
+}
+
 // runRelay is a relay process: ordered mode, publishing to the chaos broker.
 func runRelay(ctx context.Context) error {
 	e := childEnv()
@@ -97,16 +163,22 @@ func runRelay(ctx context.Context) error {
 		return err
 	}
 	cfg := brokertest.NATSPublisherConfig(e.nats)
+	if e.id != "1" {
+		// No reconnect buffer: while the broker is down, a publish fails at
+		// once instead of hanging until PublishTimeout, so these relays retry
+		// at the pace of their backoffs (relay 1 keeps the buffer and hangs).
+		cfg.NatsOptions = append(cfg.NatsOptions, nats.ReconnectBufSize(-1))
+	}
 	pub, err := wmnats.NewPublisher(cfg, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
 	oneIn, _ := strconv.Atoi(os.Getenv("CHAOS_CRASH_ONE_IN"))
-	r, err := relay.New(db, crashAfterAck{pub, max(oneIn, 1)}, relay.Config{
-		Ordered: true, InstanceID: "relay-" + e.id, PollInterval: 200 * time.Millisecond,
-		PublishTimeout: time.Second, LeaseDuration: 3 * time.Second, Channel: "chaos",
-		MinBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second, Logger: quiet(),
-	})
+	rcfg := e.relay.config()
+	rcfg.Ordered, rcfg.InstanceID, rcfg.PollInterval = true, "relay-"+e.id, 200*time.Millisecond
+	rcfg.Channel, rcfg.Logger = "chaos", quiet()
+	pubs := refusing{Publisher: pub, topic: e.topics[len(e.topics)-1], win: &refusals{file: e.refuseFile}}
+	r, err := relay.New(db, crashAfterAck{pubs, max(oneIn, 1)}, rcfg)
 	if err != nil {
 		return err
 	}
@@ -142,13 +214,15 @@ func runConsumer(ctx context.Context) error {
 	}
 	router.AddMiddleware(in.Middleware)
 	consumer := "consumer-" + e.id
-	router.AddNoPublisherHandler("effects", e.topic, sub, func(msg *message.Message) error {
-		var d Deposited
-		if err := json.Unmarshal(msg.Payload, &d); err != nil {
-			return err
-		}
-		return inbox.Tx(msg.Context()).Create(&Effect{EventID: msg.UUID, AccountID: d.AccountID.String(), Version: d.Version, Consumer: consumer}).Error
-	})
+	for _, topic := range e.topics {
+		router.AddNoPublisherHandler("effects_"+topic, topic, sub, func(msg *message.Message) error {
+			var d Deposited
+			if err := json.Unmarshal(msg.Payload, &d); err != nil {
+				return err
+			}
+			return inbox.Tx(msg.Context()).Create(&Effect{EventID: msg.UUID, AccountID: d.AccountID.String(), Version: d.Version, Consumer: consumer}).Error
+		})
+	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	return router.Run(ctx)

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/brokertest"
+)
+
+// refusals are the windows in which the relays refuse the last topic. The
+// orchestrator announces each in a file ahead of time (announceLead), one line
+// per window: its start and end in Unix nanoseconds. A relay re-reads the file
+// at most every 50ms, so every relay, restarted or not, knows a window before
+// it starts; the windows are wall-clock times of this one machine.
+type refusals struct {
+	file    string
+	mu      sync.Mutex
+	read    time.Time
+	windows [][2]int64
+}
+
+// announceLead is how long before its start a refusal window is announced.
+const announceLead = 300 * time.Millisecond
+
+// active reports whether now is in a refusal window.
+func (r *refusals) active(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.file == "" {
+		return false
+	}
+	if now.Sub(r.read) >= 50*time.Millisecond {
+		r.reload()
+		r.read = now
+	}
+	n := now.UnixNano()
+	for _, w := range r.windows {
+		if n >= w[0] && n < w[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// reload reads the windows; a line being written is skipped (it is read again
+// before its window starts).
+func (r *refusals) reload() {
+	data, err := os.ReadFile(r.file)
+	if err != nil {
+		return
+	}
+	r.windows = r.windows[:0]
+	for _, line := range strings.Split(string(data), "\n") {
+		var w [2]int64
+		if n, err := fmt.Sscanf(line, "%d %d", &w[0], &w[1]); err == nil && n == 2 {
+			r.windows = append(r.windows, w)
+		}
+	}
+}
+
+// announce appends a refusal window to file.
+func announce(file string, start, end time.Time) error {
+	f, err := os.OpenFile(file, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("announce refusal: %w", err)
+	}
+	if _, err := fmt.Fprintf(f, "%d %d\n", start.UnixNano(), end.UnixNano()); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("announce refusal: %w", err)
+	}
+	return f.Close()
+}
+
+// faults is the orchestrator's fault side: broker outages that begin under a
+// burst of events, refusal windows of one topic with light traffic on the
+// others, and the schedule of poisoned events. An outage and a refusal window
+// never overlap (mu).
+type faults struct {
+	db     *gorm.DB
+	admin  *sql.DB
+	schema string
+	srv    *brokertest.NATSServer
+	led    *ledger
+	env    env
+
+	outageLen, refuseFor time.Duration
+	burstAccounts        int
+	burstEvents          int // per account
+
+	mu        sync.Mutex
+	slow      atomic.Bool  // writers write slowly (a refusal window: light traffic)
+	poisonDue atomic.Int64 // poisoned events the writers still owe
+	outages   atomic.Int64
+	refusalsN atomic.Int64
+	// refusedWaiting sums, over the refusal windows, the events of the
+	// refused topic waiting for a retry at the window's end.
+	refusedWaiting atomic.Int64
+	burstStats     []string // per outage: the burst's messages streamed and events unmarked at the stop
+}
+
+// outage writes a burst of events, waits until the relays are publishing it,
+// and stops the broker while their batches are in flight, for outageLen.
+func (f *faults) outage() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	nc, err := nats.Connect(f.srv.URL(), nats.Timeout(time.Second))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: count the streams:", err)
+	} else {
+		defer nc.Close()
+	}
+	before := f.streamed(nc)
+	ids, err := f.burst()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: burst:", err)
+	}
+	f.awaitPublishing(nc, before+int64(len(ids)/3))
+	var unmarked int64
+	_ = f.admin.QueryRow(`SELECT count(*) FROM `+f.schema+`.outbox_messages WHERE id::text = ANY($1)
+		AND processed_at IS NULL AND dead_at IS NULL`, ids).Scan(&unmarked)
+	streamed := f.streamed(nc) - before
+	f.srv.Stop()
+	stat := fmt.Sprintf("%d streamed, %d of %d unmarked", streamed, unmarked, len(ids))
+	f.burstStats = append(f.burstStats, stat)
+	fmt.Fprintf(os.Stderr, "chaos: broker down for %v; burst: %s\n", f.outageLen, stat)
+	time.Sleep(f.outageLen)
+	var failing, maxAttempts int64
+	_ = f.admin.QueryRow(`SELECT count(*), coalesce(max(attempts), 0) FROM `+f.schema+`.outbox_messages
+		WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0`).Scan(&failing, &maxAttempts)
+	fmt.Fprintf(os.Stderr, "chaos: broker back; %d events wait for a retry, with up to %d failed attempts\n", failing, maxAttempts)
+	if err := f.srv.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "chaos: broker restart:", err)
+	}
+	f.outages.Add(1)
+}
+
+// awaitPublishing returns once the streams hold at least n messages and are
+// growing (a relay is publishing at this instant, not claiming or marking),
+// or after 2s.
+func (f *faults) awaitPublishing(nc *nats.Conn, n int64) {
+	last := f.streamed(nc)
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(500 * time.Microsecond)
+		now := f.streamed(nc)
+		if now >= n && now > last {
+			return
+		}
+		last = now
+	}
+}
+
+// streamed is how many messages the topics' streams hold, asked through nc
+// (0 when unknown).
+func (f *faults) streamed(nc *nats.Conn) int64 {
+	if nc == nil {
+		return 0
+	}
+	js, err := nc.JetStream()
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, t := range f.env.topics {
+		if info, err := js.StreamInfo(t); err == nil {
+			n += int64(info.State.Msgs)
+		}
+	}
+	return n
+}
+
+// burst commits burstAccounts new accounts with burstEvents events each, in
+// one transaction, and returns the event ids (recorded in the ledger).
+func (f *faults) burst() ([]string, error) {
+	var ids []string
+	accs := make([]*Account, f.burstAccounts)
+	for i := range accs {
+		a := &Account{ID: uuid.New()}
+		for range f.burstEvents {
+			a.Version++
+			a.Record(Deposited{AccountID: a.ID, Version: a.Version})
+		}
+		for _, r := range a.Records() {
+			ids = append(ids, r.ID.String())
+		}
+		accs[i] = a
+	}
+	err := f.db.Transaction(func(tx *gorm.DB) error {
+		for _, a := range accs {
+			if err := tx.Create(a).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	f.led.record(ids, err, false)
+	return ids, err
+}
+
+// refuse announces a refusal window of refuseFor, starting announceLead from
+// now, and keeps the writers slow while it lasts. It records how many events
+// of the refused topic wait for a retry at its end, refused.
+func (f *faults) refuse() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	start := time.Now().Add(announceLead)
+	if err := announce(f.env.refuseFile, start, start.Add(f.refuseFor)); err != nil {
+		return err
+	}
+	time.Sleep(time.Until(start))
+	f.slow.Store(true)
+	time.Sleep(f.refuseFor)
+	var waiting int64
+	_ = f.admin.QueryRow(`SELECT count(*) FROM `+f.schema+`.outbox_messages WHERE topic = $1
+		AND processed_at IS NULL AND dead_at IS NULL AND last_error = $2`, f.env.topics[len(f.env.topics)-1], errRefused.Error()).Scan(&waiting)
+	f.slow.Store(false)
+	f.refusalsN.Add(1)
+	f.refusedWaiting.Add(waiting)
+	return nil
+}
+
+// refusalLoop runs a refusal window every `every` until ctx is done.
+func (f *faults) refusalLoop(ctx context.Context, every time.Duration) {
+	for sleepCtx(ctx, every/2+rand.N(every)) {
+		if err := f.refuse(); err != nil {
+			fmt.Fprintln(os.Stderr, "chaos:", err)
+			return
+		}
+	}
+}
+
+// poisonLoop makes n poisoned events due at even times before `by`. A poison
+// dies of strikes, failures confirmed by other events published after it in
+// the same batch, so it needs live traffic and relays that live long enough
+// to mark a few batches: before the first outage, with most of the run to go.
+func (f *faults) poisonLoop(ctx context.Context, n int, by time.Duration) {
+	for range n {
+		if !sleepCtx(ctx, by/time.Duration(n+1)) {
+			return
+		}
+		f.poisonDue.Add(1)
+	}
+}
+
+// takePoison reports whether the caller should write a poisoned event now.
+func (f *faults) takePoison() bool {
+	for {
+		n := f.poisonDue.Load()
+		if n <= 0 {
+			return false
+		}
+		if f.poisonDue.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
