@@ -15,6 +15,7 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"strings"
 	"time"
@@ -140,16 +141,16 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, 
 		chunk := evs[:min(len(evs), maxRows)]
 		evs = evs[len(chunk):]
 		var b strings.Builder
-		b.WriteString(`INSERT INTO ` + o.t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at) VALUES `)
-		args := make([]any, 0, 9*len(chunk))
+		b.WriteString(`INSERT INTO ` + o.t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, part_key, topic, payload, metadata, occurred_at) VALUES `)
+		args := make([]any, 0, 10*len(chunk))
 		for i := range chunk {
 			e := &chunk[i]
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, e.ID.String(), e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic,
-				string(e.Payload), string(e.Metadata), e.OccurredAt.UnixMicro())
+			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+			args = append(args, e.ID.String(), e.Type, e.Version, e.AggregateType, e.AggregateID, PartKey(e.ID.String(), e.AggregateType, e.AggregateID),
+				e.Topic, string(e.Payload), string(e.Metadata), e.OccurredAt.UnixMicro())
 		}
 		b.WriteString(` ON CONFLICT (id) DO NOTHING`)
 		res, err := x.ExecContext(ctx, b.String(), args...)
@@ -163,6 +164,20 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, 
 		total += n
 	}
 	return total, nil, nil
+}
+
+// PartKey is the 32-bit hash that puts an event in an ordering partition
+// (part_key mod partitions): of its aggregate, or of its id for events of none.
+func PartKey(id, aggType, aggID string) int64 {
+	h := fnv.New32a()
+	if aggID == "" {
+		h.Write([]byte(id))
+	} else {
+		h.Write([]byte(aggType))
+		h.Write([]byte{':'})
+		h.Write([]byte(aggID))
+	}
+	return int64(h.Sum32())
 }
 
 // Settle looks the events up: a row that exists was committed. One that does

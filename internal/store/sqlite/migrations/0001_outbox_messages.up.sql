@@ -1,6 +1,8 @@
 -- +goose Up
 -- Herald outbox table (SQLite 3.42 or newer). Times are UTC unix microseconds;
--- payload and metadata are JSON text. seq, the rowid, is the insertion order.
+-- payload and metadata are JSON text. seq, the rowid, is the insertion order;
+-- part_key, a 32-bit hash of the aggregate (of the id for events of none), puts
+-- each event in an ordering partition (SQLite has no hash function).
 -- Herald creates the same table when it is missing, unless DisableAutoCreate is set.
 CREATE TABLE IF NOT EXISTS "outbox_messages" (
     seq            INTEGER PRIMARY KEY,
@@ -9,6 +11,7 @@ CREATE TABLE IF NOT EXISTS "outbox_messages" (
     version        INTEGER NOT NULL DEFAULT 1,
     aggregate_type TEXT    NOT NULL DEFAULT '',
     aggregate_id   TEXT    NOT NULL DEFAULT '',
+    part_key       INTEGER NOT NULL DEFAULT 0,
     topic          TEXT    NOT NULL,
     payload        TEXT    NOT NULL,
     metadata       TEXT    NOT NULL DEFAULT '{}',
