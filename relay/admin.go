@@ -2,7 +2,6 @@ package relay
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,16 +37,11 @@ type Stats struct {
 // Stats reads the pending, failing and dead counts and the oldest pending
 // event's age from the database, and adds this relay's counters.
 func (r *Relay) Stats(ctx context.Context) (Stats, error) {
-	var (
-		s   Stats
-		age sql.NullFloat64
-	)
-	if err := r.db.QueryRowContext(ctx, r.q.stats).Scan(&s.Pending, &s.Failing, &s.Dead, &age); err != nil {
+	st, err := r.st.Stats(ctx, r.db)
+	if err != nil {
 		return Stats{}, fmt.Errorf("relay: stats: %w", err)
 	}
-	if age.Valid {
-		s.OldestPending = time.Duration(age.Float64 * float64(time.Second))
-	}
+	s := Stats{Pending: st.Pending, Failing: st.Failing, Dead: st.Dead, OldestPending: st.OldestPending}
 	s.Published, s.Failed, s.Died = r.m.published.Load(), r.m.failed.Load(), r.m.dead.Load()
 	return s, nil
 }
@@ -65,29 +59,20 @@ type DeadEvent struct {
 
 // Dead lists up to limit dead events, oldest death first.
 func (r *Relay) Dead(ctx context.Context, limit int) ([]DeadEvent, error) {
-	rows, err := r.db.QueryContext(ctx, r.q.dead, limit)
+	rows, err := r.st.Dead(ctx, r.db, limit)
 	if err != nil {
 		return nil, fmt.Errorf("relay: list dead: %w", err)
 	}
-	defer rows.Close()
-	var out []DeadEvent
-	for rows.Next() {
-		var (
-			d       DeadEvent
-			id      string
-			md      []byte
-			lastErr sql.NullString
-		)
-		if err := rows.Scan(&id, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &d.Payload, &md,
-			&d.OccurredAt, &d.Attempts, &d.Strikes, &lastErr, &d.DeadAt); err != nil {
-			return nil, fmt.Errorf("relay: list dead: %w", err)
-		}
-		d.ID, _ = uuid.Parse(id)
-		d.LastError = lastErr.String
-		_ = json.Unmarshal(md, &d.Metadata) // metadata a dead event cannot decode is left out
-		out = append(out, d)
+	out := make([]DeadEvent, len(rows))
+	for i, d := range rows {
+		e := DeadEvent{Attempts: d.Attempts, Strikes: d.Strikes, LastError: d.LastError, DeadAt: d.DeadAt}
+		e.ID, _ = uuid.Parse(d.ID)
+		e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic = d.Type, d.Version, d.AggregateType, d.AggregateID, d.Topic
+		e.Payload, e.OccurredAt = d.Payload, d.OccurredAt
+		_ = json.Unmarshal(d.Metadata, &e.Metadata) // metadata a dead event cannot decode is left out
+		out[i] = e
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // ErrNotDead is returned by Requeue for an id that is not a dead event.
@@ -96,11 +81,11 @@ var ErrNotDead = errors.New("relay: no dead event with that id")
 // Requeue makes a dead event pending again, due now, with its attempts and
 // strikes reset.
 func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
-	res, err := r.db.ExecContext(ctx, r.q.requeue, id.String())
+	ok, err := r.st.Requeue(ctx, r.db, id.String())
 	if err != nil {
 		return fmt.Errorf("relay: requeue %s: %w", id, err)
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
+	if !ok {
 		return fmt.Errorf("%w: %s", ErrNotDead, id)
 	}
 	r.Wake()
@@ -110,17 +95,17 @@ func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
 // RequeueAll makes every dead event pending again, due now, with attempts and
 // strikes reset, and returns how many.
 func (r *Relay) RequeueAll(ctx context.Context) (int64, error) {
-	res, err := r.db.ExecContext(ctx, r.q.requeueAll)
+	n, err := r.st.RequeueAll(ctx, r.db)
 	if err != nil {
 		return 0, fmt.Errorf("relay: requeue all: %w", err)
 	}
-	n, _ := res.RowsAffected()
 	r.Wake()
 	return n, nil
 }
 
 // cleaner deletes published events older than Retention, a batch at a time, on
-// one instance at a time (a transaction-scoped advisory lock).
+// one instance at a time where the database can tell (PostgreSQL: an advisory
+// lock).
 func (r *Relay) cleaner(ctx context.Context) {
 	lim := newLimiter(30 * time.Second)
 	for sleep(ctx, jitter(r.cfg.CleanupInterval)) {
@@ -142,33 +127,13 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for {
-		n, more, err := r.cleanupBatch(ctx)
+		n, err := r.st.Cleanup(ctx, r.db, r.cfg.Retention, r.cfg.CleanupBatch)
 		total += n
-		if err != nil || !more {
-			return total, err
+		if err != nil {
+			return total, fmt.Errorf("relay: cleanup: %w", err)
+		}
+		if n < int64(r.cfg.CleanupBatch) {
+			return total, nil
 		}
 	}
-}
-
-func (r *Relay) cleanupBatch(ctx context.Context) (int64, bool, error) {
-	tx, err := r.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, false, err
-	}
-	defer tx.Rollback() //nolint:errcheck
-	var locked bool
-	// Keyed by the table's oid: tables of one name in other schemas clean apart.
-	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock(hashtext('herald.cleanup:' || $1::regclass::oid::text))`,
-		r.table.Quoted()).Scan(&locked); err != nil {
-		return 0, false, err
-	}
-	if !locked {
-		return 0, false, nil
-	}
-	res, err := tx.ExecContext(ctx, r.q.cleanup, float64(r.cfg.Retention.Milliseconds()), r.cfg.CleanupBatch)
-	if err != nil {
-		return 0, false, err
-	}
-	n, _ := res.RowsAffected()
-	return n, n >= int64(r.cfg.CleanupBatch), tx.Commit()
 }

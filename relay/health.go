@@ -105,13 +105,13 @@ func (r *Relay) recoverOutage(ctx context.Context, out *outcome) {
 	for i, k := range keys {
 		topics[i], types[i] = k.topic, k.typ
 	}
-	res, err := r.db.ExecContext(ctx, r.q.recoverOutage, since, topics, types)
+	n, err := r.st.RecoverOutage(ctx, r.db, since, topics, types)
 	if err != nil {
 		r.health.forget(since, keys)
 		r.log.Warn("publisher back after an outage; could not make waiting retries due", "err", err)
 		return
 	}
-	if n, _ := res.RowsAffected(); n > 0 {
+	if n > 0 {
 		r.log.Info("publisher back after an outage; waiting retries are due now", "events", n, "topics", topics)
 	}
 }

@@ -3,61 +3,32 @@ package relay
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // listen holds one connection in LISTEN on the wake-up channel and wakes the
-// relay on each notification, reconnecting with backoff when it drops.
+// relay on each notification, reconnecting with backoff when it drops (only on
+// a database that can: store.Caps.Listen).
 func (r *Relay) listen(ctx context.Context) {
+	w := r.drv.Waker()
 	for ctx.Err() == nil {
 		retry(ctx, r.log, "listen for wake-ups", func(ctx context.Context) error {
-			err := listenOnce(ctx, r.db, r.cfg.Channel, r.Wake)
+			err := w.Listen(ctx, r.db, r.cfg.Channel, r.Wake)
 			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		})
 	}
-}
-
-// listenOnce takes a connection from db, LISTENs on channel and calls wake for
-// each notification (and once on start, for what was committed meanwhile),
-// until ctx is done or the connection fails.
-func listenOnce(ctx context.Context, db *sql.DB, channel string, wake func()) error {
-	conn, err := db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// The session is in LISTEN: never give it back to the pool.
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		_ = conn.Close()
-	}()
-	// Quoted: LISTEN folds an unquoted name to lower case, pg_notify does not.
-	if _, err := conn.ExecContext(ctx, `LISTEN `+ident.Name(channel).Quoted()); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	wake()
-	return conn.Raw(func(dc any) error {
-		pc, ok := dc.(*stdlib.Conn)
-		if !ok {
-			return fmt.Errorf("listen: driver connection is %T, not pgx", dc)
-		}
-		for {
-			if _, err := pc.Conn().WaitForNotification(ctx); err != nil {
-				return err
-			}
-			wake()
-		}
-	})
 }
 
 // Notifier wakes relays in other processes: after events commit, Notify asks
@@ -67,6 +38,7 @@ func listenOnce(ctx context.Context, db *sql.DB, channel string, wake func()) er
 // lock at its commit; one per commit would serialize the writers).
 type Notifier struct {
 	db      *sql.DB
+	waker   store.Waker
 	channel string
 	every   time.Duration
 	pending chan struct{}
@@ -83,8 +55,15 @@ type NotifierConfig struct {
 	Logger *slog.Logger
 }
 
+// ErrNoNotify is returned by NewNotifier for a database that cannot notify
+// other processes (SQLite, MySQL): there, relays in other processes find
+// events by polling (Config.PollInterval), and a relay in the writer's process
+// is woken by its Wake.
+var ErrNoNotify = errors.New("relay: this database has no LISTEN/NOTIFY")
+
 // NewNotifier returns a notifier that sends through db. Run it, and set
-// outboxhook.Config.Notify to its Notify method.
+// outboxhook.Config.Notify to its Notify method. It fails with ErrNoNotify on a
+// database without LISTEN/NOTIFY.
 func NewNotifier(db *gorm.DB, cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Channel == "" {
 		cfg.Channel = DefaultChannel
@@ -98,11 +77,18 @@ func NewNotifier(db *gorm.DB, cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	drv, err := drivers.For(db)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	if drv.Waker() == nil {
+		return nil, fmt.Errorf("%w (%s)", ErrNoNotify, drv.Name())
+	}
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	return &Notifier{db: sqlDB, channel: cfg.Channel, every: cfg.MinInterval,
+	return &Notifier{db: sqlDB, waker: drv.Waker(), channel: cfg.Channel, every: cfg.MinInterval,
 		pending: make(chan struct{}, 1), log: cfg.Logger.With("component", "herald.notifier")}, nil
 }
 
@@ -125,7 +111,7 @@ func (n *Notifier) Run(ctx context.Context) error {
 			return nil
 		case <-n.pending:
 		}
-		if _, err := n.db.ExecContext(ctx, `SELECT pg_notify($1, '')`, n.channel); err != nil && ctx.Err() == nil && lim.allow() {
+		if err := n.waker.Notify(ctx, n.db, n.channel); err != nil && ctx.Err() == nil && lim.allow() {
 			n.log.Warn("notify failed", "err", err, "suppressed", lim.suppressed())
 		}
 		if !sleep(ctx, n.every) {

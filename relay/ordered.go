@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // leases keeps this instance's share of the ordering partitions. Every third of
@@ -16,34 +18,14 @@ import (
 // the lease could pass to another instance.
 type leases struct {
 	r      *Relay
+	st     store.Leases
 	mu     sync.RWMutex // read by a batch; written when partitions change hands
 	until  map[int]time.Time
 	seeded bool
-	q      leaseQueries
-}
-
-type leaseQueries struct {
-	seed, heartbeat, live, renew, release, acquire, releaseAll, leave string
 }
 
 func newLeases(r *Relay) *leases {
-	lt := r.table.Derived("_leases").Quoted()
-	rt := r.table.Derived("_relays").Quoted()
-	return &leases{r: r, until: map[int]time.Time{}, q: leaseQueries{
-		seed: `INSERT INTO ` + lt + ` (partition) SELECT generate_series(0, $1 - 1) ON CONFLICT DO NOTHING`,
-		heartbeat: `INSERT INTO ` + rt + ` (instance, seen_at) VALUES ($1, now())
-ON CONFLICT (instance) DO UPDATE SET seen_at = now()`,
-		live: `SELECT count(*) FROM ` + rt + ` WHERE seen_at > now() - $1::float8 * interval '1 millisecond'`,
-		renew: `UPDATE ` + lt + ` SET expires_at = now() + $2::float8 * interval '1 millisecond'
-WHERE owner = $1 AND expires_at > now() RETURNING partition`,
-		release: `UPDATE ` + lt + ` SET owner = '', expires_at = '-infinity' WHERE owner = $1 AND partition = ANY($2::int[])`,
-		acquire: `UPDATE ` + lt + ` SET owner = $1, expires_at = now() + $2::float8 * interval '1 millisecond'
-WHERE partition IN (SELECT partition FROM ` + lt + ` WHERE expires_at <= now() AND partition < $4
-  ORDER BY partition LIMIT $3 FOR UPDATE SKIP LOCKED)
-RETURNING partition`,
-		releaseAll: `UPDATE ` + lt + ` SET owner = '', expires_at = '-infinity' WHERE owner = $1`,
-		leave:      `DELETE FROM ` + rt + ` WHERE instance = $1`,
-	}}
+	return &leases{r: r, st: r.st.Leases(), until: map[int]time.Time{}}
 }
 
 func (l *leases) run(ctx context.Context) {
@@ -64,8 +46,8 @@ func (l *leases) run(ctx context.Context) {
 	clear(l.until)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	for _, q := range []string{l.q.releaseAll, l.q.leave} {
-		if _, err := l.r.db.ExecContext(rctx, q, l.r.cfg.InstanceID); err != nil {
+	for _, f := range []func(context.Context, store.Execer, string) error{l.st.ReleaseAll, l.st.Leave} {
+		if err := f(rctx, l.r.db, l.r.cfg.InstanceID); err != nil {
 			l.r.log.Warn("partition leases: release at shutdown failed; they expire by themselves", "err", err)
 			return
 		}
@@ -75,18 +57,17 @@ func (l *leases) run(ctx context.Context) {
 func (l *leases) tick(ctx context.Context) error {
 	cfg := l.r.cfg
 	db := l.r.db
-	leaseMs := float64(cfg.LeaseDuration.Milliseconds())
 	if !l.seeded {
-		if _, err := db.ExecContext(ctx, l.q.seed, cfg.Partitions); err != nil {
+		if err := l.st.Seed(ctx, db, cfg.Partitions); err != nil {
 			return fmt.Errorf("seed partitions: %w", err)
 		}
 		l.seeded = true
 	}
-	if _, err := db.ExecContext(ctx, l.q.heartbeat, cfg.InstanceID); err != nil {
+	if err := l.st.Heartbeat(ctx, db, cfg.InstanceID); err != nil {
 		return fmt.Errorf("heartbeat: %w", err)
 	}
-	var live int
-	if err := db.QueryRowContext(ctx, l.q.live, leaseMs).Scan(&live); err != nil {
+	live, err := l.st.Live(ctx, db, cfg.LeaseDuration)
+	if err != nil {
 		return fmt.Errorf("count instances: %w", err)
 	}
 	fair := (cfg.Partitions + max(live, 1) - 1) / max(live, 1)
@@ -94,19 +75,19 @@ func (l *leases) tick(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sent := time.Now()
-	mine, err := queryInts(ctx, db, l.q.renew, cfg.InstanceID, leaseMs)
+	mine, err := l.st.Renew(ctx, db, cfg.InstanceID, cfg.LeaseDuration)
 	if err != nil {
 		return fmt.Errorf("renew: %w", err)
 	}
 	slices.Sort(mine)
 	if len(mine) > fair {
 		excess := mine[fair:]
-		if _, err := db.ExecContext(ctx, l.q.release, cfg.InstanceID, excess); err != nil {
+		if err := l.st.Release(ctx, db, cfg.InstanceID, excess); err != nil {
 			return fmt.Errorf("release: %w", err)
 		}
 		mine = mine[:fair]
 	} else if len(mine) < fair {
-		got, err := queryInts(ctx, db, l.q.acquire, cfg.InstanceID, leaseMs, fair-len(mine), cfg.Partitions)
+		got, err := l.st.Acquire(ctx, db, cfg.InstanceID, cfg.LeaseDuration, fair-len(mine), cfg.Partitions)
 		if err != nil {
 			return fmt.Errorf("acquire: %w", err)
 		}
@@ -143,23 +124,6 @@ func (l *leases) usable(worker, of int) ([]int32, time.Time) {
 	return out, first
 }
 
-func queryInts(ctx context.Context, db execer, q string, args ...any) ([]int, error) {
-	rows, err := db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []int
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
 // cycleOrdered works one batch of this instance's partitions: the due events in
 // commit order, each aggregate's in sequence (aggregates in parallel), a failure
 // holding back the rest of its aggregate.
@@ -176,10 +140,11 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	// take one of its partitions.
 	bctx, startBy, cancel := r.batchContexts(ctx, until.Add(-r.cfg.PublishTimeout-r.cfg.PublishTimeout/4))
 	defer cancel()
-	rows, err := claim(bctx, r.db, r.q.claimOrdered, r.cfg.BatchSize, r.cfg.Partitions, parts)
+	claimed, err := r.st.ClaimOrdered(bctx, r.db, r.cfg.BatchSize, r.cfg.Partitions, parts)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("claim: %w", err)
 	}
+	rows := toRows(claimed)
 	if len(rows) == 0 {
 		return 0, nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // Errors a publish can fail with, recorded in last_error.
@@ -28,33 +29,25 @@ var (
 // row is a claimed outbox row.
 type row struct {
 	id, typ, aggType, aggID, topic string
-	version, attempts              int
+	version, attempts, strikes     int
 	payload, metadata              []byte
 	occurred                       time.Time
-	seq                            int64
 	msg                            *message.Message
 	err                            error // set when the row cannot become a message
 }
 
-func claim(ctx context.Context, tx execer, query string, args ...any) ([]*row, error) {
-	rs, err := tx.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	defer rs.Close()
-	var out []*row
-	for rs.Next() {
-		r := &row{}
-		if err := rs.Scan(&r.id, &r.typ, &r.version, &r.aggType, &r.aggID, &r.topic, &r.payload, &r.metadata, &r.occurred, &r.attempts); err != nil {
-			return nil, fmt.Errorf("claim: %w", err)
-		}
+// toRows makes claimed rows ready to publish: each with its message, or the
+// reason it cannot have one.
+func toRows(claimed []store.Claimed) []*row {
+	out := make([]*row, len(claimed))
+	for i, c := range claimed {
+		r := &row{id: c.ID, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
+			version: c.Version, attempts: c.Attempts, strikes: c.Strikes, payload: c.Payload, metadata: c.Metadata,
+			occurred: c.OccurredAt}
 		r.msg, r.err = toMessage(r)
-		out = append(out, r)
+		out[i] = r
 	}
-	if err := rs.Err(); err != nil {
-		return nil, fmt.Errorf("claim: %w", err)
-	}
-	return out, nil
+	return out
 }
 
 // toMessage builds the Watermill message of a row: its UUID is the event id.

@@ -12,11 +12,12 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
@@ -25,7 +26,8 @@ type Relay struct {
 	table  ident.Table
 	db     *sql.DB
 	pub    message.Publisher
-	q      queries
+	drv    store.Driver // the database's implementation
+	st     store.Relay  // the outbox table in it
 	log    *slog.Logger
 	wake   chan struct{}
 	leases *leases // ordered mode only
@@ -56,13 +58,18 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
+	drv, err := drivers.For(db)
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
 	table := ident.MustTable(cfg.Table) // checked by Validate
 	r := &Relay{
 		cfg:   cfg,
 		table: table,
 		db:    sqlDB,
 		pub:   pub,
-		q:     newQueries(table),
+		drv:   drv,
+		st:    drv.Relay(table),
 		log:   cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
 		wake:  make(chan struct{}, 1),
 		m:     newMetrics(cfg.Table),
@@ -98,7 +105,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 	r.ensureSchema(ctx)
-	if !r.cfg.DisableListen {
+	if !r.cfg.DisableListen && r.drv.Waker() != nil {
 		start(r.listen)
 	}
 	if r.cfg.Retention > 0 {
@@ -113,31 +120,18 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // ensureSchema creates the relay's tables and indexes when missing, retrying
-// while the database is down. Without DDL rights they must exist already.
+// while the database is down. Without DDL rights they must exist already; an
+// index it may not create only makes the relay slower, and is left out.
 func (r *Relay) ensureSchema(ctx context.Context) {
-	q := r.q.schema // leases, relays, ordered idx, aggregate idx, dead idx, processed idx
-	stmts := []ddl{q[4]}
-	if r.cfg.Ordered {
-		stmts = append(stmts, q[0], q[1], q[2], q[3])
-	}
-	if r.cfg.Retention > 0 {
-		stmts = append(stmts, q[5])
+	skip := func(name string, err error) bool {
+		if !r.drv.PermissionDenied(err) {
+			return false
+		}
+		r.log.Warn("relay: cannot create an index (no privilege); continuing without it", "index", name)
+		return true
 	}
 	retry(ctx, r.log, "create relay schema", func(ctx context.Context) error {
-		for _, s := range stmts {
-			err := createIfMissing(ctx, r.db, s)
-			var pgErr *pgconn.PgError
-			if err != nil && !s.required && errors.As(err, &pgErr) && pgErr.Code == "42501" {
-				// No right to create an index that only speeds things up: go on
-				// without it (relay/migrations has it for the table's owner).
-				r.log.Warn("relay: cannot create an index (no privilege); continuing without it", "index", s.name)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+		return r.st.Create(ctx, r.db, r.cfg.Ordered, r.cfg.Retention > 0, skip)
 	})
 }
 
@@ -255,19 +249,51 @@ func (r *Relay) batchContexts(ctx context.Context, startBy time.Time) (bctx, sta
 func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
 	bctx, startBy, cancel := r.batchContexts(ctx, time.Now().Add(2*r.cfg.PublishTimeout))
 	defer cancel()
+	if !r.drv.Caps().RowLocks {
+		return r.cycleLeased(bctx, startBy)
+	}
 	tx, err := r.db.BeginTx(bctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	rows, err := claim(bctx, tx, r.q.claimUnordered, r.cfg.BatchSize)
+	claimed, err := r.st.ClaimLocked(bctx, tx, r.cfg.BatchSize)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("claim: %w", err)
 	}
-	if len(rows) == 0 {
+	if len(claimed) == 0 {
 		return 0, tx.Commit()
 	}
-	return len(rows), r.commitMarks(bctx, tx, r.publishUnordered(startBy, rows))
+	return len(claimed), r.commitMarks(bctx, tx, r.publishUnordered(startBy, toRows(claimed)))
+}
+
+// cycleLeased is cycleUnordered on a database without row locks: the claim
+// leases its rows for the batch's whole time (they are nobody else's until
+// then, and come back by themselves if this process dies), publishes outside
+// any transaction, and marks in one of its own. Rows the batch had no time to
+// publish are made due again.
+func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
+	deadline, _ := bctx.Deadline()
+	claimed, err := r.st.ClaimLeased(bctx, r.db, r.cfg.BatchSize, time.Until(deadline)+time.Second)
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if len(claimed) == 0 {
+		return 0, nil
+	}
+	rows := toRows(claimed)
+	out := r.publishUnordered(startBy, rows)
+	tx, err := r.db.BeginTx(bctx, nil)
+	if err != nil {
+		return len(rows), fmt.Errorf("begin marks: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	if untried := out.untried(rows); len(untried) > 0 {
+		if err := r.st.Unlease(bctx, tx, untried); err != nil {
+			return len(rows), fmt.Errorf("unlease: %w", err)
+		}
+	}
+	return len(rows), r.commitMarks(bctx, tx, out)
 }
 
 // commitMarks counts the outcome (what was published happened, whether or not
@@ -320,6 +346,25 @@ func (o *outcome) add(r *row, res result) {
 	o.failed = append(o.failed, failure{row: r, err: lastError(res.err), poison: errors.Is(res.err, ErrUndecodable), end: res.end})
 }
 
+// untried returns the ids of rows the batch had no time to publish (neither
+// published nor failed).
+func (o *outcome) untried(rows []*row) []string {
+	done := make(map[string]bool, len(o.ok)+len(o.failed))
+	for _, rw := range o.ok {
+		done[rw.id] = true
+	}
+	for _, f := range o.failed {
+		done[f.row.id] = true
+	}
+	var out []string
+	for _, rw := range rows {
+		if !done[rw.id] {
+			out = append(out, rw.id)
+		}
+	}
+	return out
+}
+
 // publishFailures reports whether a Publish call failed in the batch (rows
 // that could not become messages are not publish failures) and whether one of
 // those failures was an event's first attempt.
@@ -342,15 +387,11 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 		}
 	}
 	if len(out.ok) > 0 {
-		q := r.q.markDelete
-		if r.cfg.Retention > 0 {
-			q = r.q.markProcessed
-		}
 		ids := make([]string, len(out.ok))
 		for i, rw := range out.ok {
 			ids[i] = rw.id
 		}
-		if _, err := tx.ExecContext(ctx, q, ids); err != nil {
+		if err := r.st.MarkPublished(ctx, tx, ids, r.cfg.Retention > 0); err != nil {
 			return fmt.Errorf("mark published: %w", err)
 		}
 	}
@@ -366,39 +407,30 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 }
 
 // markFailed records every failure of out: an attempt, and a strike when the
-// failure is confirmed (see evidence); a retry after the backoff of the new
-// attempt count, or death at MaxAttempts strikes (at once for poison). It
-// returns the ids that went dead and sets out.failedAt to the database's time.
+// failure is confirmed (see evidence); death at MaxAttempts strikes (at once
+// for poison), or a retry after the jittered backoff of the new attempt count
+// (MinBackoff·2^(attempts-1), capped at MaxBackoff, between half and all of
+// it), counted from the database's clock. It returns the ids that went dead
+// and sets out.failedAt to the database's time of the marks.
 func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[string]bool, error) {
-	n := len(out.failed)
-	ids, errs := make([]string, n), make([]string, n)
-	poison, confirmed := make([]bool, n), make([]bool, n)
+	fs := make([]store.Failure, len(out.failed))
+	dead := map[string]bool{}
 	for i, f := range out.failed {
-		ids[i], errs[i], poison[i] = f.row.id, f.err, f.poison
-		confirmed[i] = !f.poison && out.ev.confirms(f.end)
+		strike := !f.poison && out.ev.confirms(f.end)
+		fs[i] = store.Failure{
+			ID: f.row.id, Err: f.err, Strike: strike,
+			Dead:  f.poison || (strike && f.row.strikes+1 >= r.cfg.MaxAttempts),
+			Delay: jitter(backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, f.row.attempts+1)),
+		}
+		if fs[i].Dead {
+			dead[f.row.id] = true
+		}
 	}
-	rows, err := tx.QueryContext(ctx, r.q.markFailed, ids, errs, poison, confirmed,
-		float64(r.cfg.MinBackoff.Milliseconds()), float64(r.cfg.MaxBackoff.Milliseconds()), r.cfg.MaxAttempts)
+	at, err := r.st.MarkFailed(ctx, tx, fs)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	dead := map[string]bool{}
-	for rows.Next() {
-		var (
-			id     string
-			isDead bool
-		)
-		if err := rows.Scan(&id, &isDead, &out.failedAt); err != nil {
-			return nil, err
-		}
-		if isDead {
-			dead[id] = true
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
+	out.failedAt = at
 	r.m.dead.Add(int64(len(dead)))
 	return dead, nil
 }

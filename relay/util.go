@@ -2,8 +2,6 @@ package relay
 
 import (
 	"context"
-	"database/sql"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -115,20 +113,4 @@ func (t *topicLimiter) allow(topic string) (bool, int) {
 		return false, 0
 	}
 	return true, l.suppressed()
-}
-
-// createIfMissing runs a CREATE ... IF NOT EXISTS statement only when the object
-// it names is missing, so a role without DDL rights works once it exists.
-func createIfMissing(ctx context.Context, db *sql.DB, d ddl) error {
-	var found sql.NullString
-	if err := db.QueryRowContext(ctx, `SELECT to_regclass($1)::text`, d.name).Scan(&found); err != nil {
-		return fmt.Errorf("look up %s: %w", d.name, err)
-	}
-	if found.Valid {
-		return nil
-	}
-	if _, err := db.ExecContext(ctx, d.sql); err != nil {
-		return fmt.Errorf("create %s: %w", d.name, err)
-	}
-	return nil
 }

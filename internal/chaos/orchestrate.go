@@ -27,6 +27,7 @@ import (
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
 )
@@ -201,11 +202,8 @@ func orchestrate(args []string) (bool, error) {
 	if err := db.AutoMigrate(&Account{}, &Effect{}); err != nil {
 		return false, err
 	}
-	relayDDL, err := relay.SchemaSQL("outbox_messages")
-	if err != nil {
-		return false, err
-	}
-	if err := db.Exec(relayDDL).Error; err != nil {
+	// The relays' tables (ordered mode), before three relays race to make them.
+	if _, err := migrations.Migrate(ctx, db); err != nil {
 		return false, err
 	}
 	if _, err := inbox.New(db, inbox.Config{}); err != nil {

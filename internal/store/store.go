@@ -73,6 +73,13 @@ type Driver interface {
 	Outbox(t ident.Table) Outbox
 	// Inbox returns the operations on the inbox table t.
 	Inbox(t ident.Table) Inbox
+	// Relay returns the relay's operations on the outbox table t.
+	Relay(t ident.Table) Relay
+	// Waker returns the cross-process wake-ups, or nil without Caps.Listen.
+	Waker() Waker
+	// PermissionDenied reports whether err says the role may not do what it
+	// tried (create an index, say).
+	PermissionDenied(err error) bool
 }
 
 // Event is one outbox row as the write path inserts it.

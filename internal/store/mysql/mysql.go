@@ -325,3 +325,9 @@ func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duratio
 	}
 	return res.RowsAffected()
 }
+
+// PermissionDenied reports whether err is MySQL's "command denied" (1142) or
+// "access denied" (1044).
+func (Driver) PermissionDenied(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "Error 1142") || strings.Contains(err.Error(), "Error 1044"))
+}

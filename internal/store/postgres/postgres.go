@@ -368,3 +368,6 @@ func lockedDelete(ctx context.Context, db *sql.DB, key string, t ident.Table, de
 	n, _ := res.RowsAffected()
 	return n, tx.Commit()
 }
+
+// PermissionDenied reports whether err is insufficient_privilege.
+func (Driver) PermissionDenied(err error) bool { return IsPermissionDenied(err) }

@@ -253,3 +253,9 @@ func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duratio
 	}
 	return res.RowsAffected()
 }
+
+// PermissionDenied reports whether err says the database is read-only or may
+// not be written.
+func (Driver) PermissionDenied(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "readonly") || strings.Contains(err.Error(), "not authorized"))
+}

@@ -1,0 +1,392 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Relay returns the relay's operations on the outbox table t.
+func (Driver) Relay(t ident.Table) store.Relay { return newRelay(t) }
+
+// Waker returns nil: MySQL has no LISTEN/NOTIFY. Relays in other processes
+// find events by polling; within one process, Notify is a relay's Wake.
+func (Driver) Waker() store.Waker { return nil }
+
+const pending = `processed_at IS NULL AND dead_at IS NULL`
+
+const claimCols = `o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts, o.strikes`
+
+// partitionExpr is the ordering partition of a row: a CRC-32 of its
+// aggregate, or of its id for events that belong to no aggregate.
+const partitionExpr = `MOD(CRC32(CASE WHEN o.aggregate_id = '' THEN o.id ELSE CONCAT(o.aggregate_type, ':', o.aggregate_id) END), ?)`
+
+type relay struct {
+	t ident.Table
+	q struct {
+		claimLocked, claimOrdered, markProcessed, markDelete, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup, unlease string
+	}
+	leases leases
+}
+
+func newRelay(t ident.Table) *relay {
+	r := &relay{t: t}
+	rep := strings.NewReplacer("{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{part}", partitionExpr)
+	q := &r.q
+	// The pending index (dead_at, processed_at, available_at, seq) serves the
+	// scan in order; locked rows are skipped, so instances share the work.
+	q.claimLocked = rep.Replace(`SELECT {cols} FROM {t} o
+WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
+ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
+	q.claimOrdered = rep.Replace(`WITH blocked AS (
+  SELECT aggregate_type, aggregate_id, MIN(seq) AS seq FROM {t}
+  WHERE {pending} AND available_at > {now} AND aggregate_id <> ''
+  GROUP BY aggregate_type, aggregate_id)
+SELECT {cols} FROM {t} o
+WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
+  AND {part} IN ({owned})
+  AND NOT EXISTS (SELECT 1 FROM blocked b
+    WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
+ORDER BY o.seq LIMIT ?`)
+	q.markDelete = rep.Replace(`DELETE FROM {t} WHERE id IN ({ids})`)
+	q.markProcessed = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE id IN ({ids})`)
+	q.unlease = rep.Replace(`UPDATE {t} SET available_at = {now} WHERE {pending} AND id IN ({ids})`)
+	q.markFailed = rep.Replace(`UPDATE {t} SET
+  attempts = attempts + 1,
+  strikes = strikes + ?,
+  last_error = ?,
+  last_failed_at = {now},
+  available_at = {now} + INTERVAL ? MICROSECOND,
+  dead_at = CASE WHEN ? THEN {now} END
+WHERE id = ? AND {pending}`)
+	q.recoverOutage = rep.Replace(`UPDATE {t} SET available_at = {now}
+WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?`)
+	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), {now}),
+  (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
+FROM {t} WHERE {pending}`)
+	q.dead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT ?`)
+	q.requeue = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+WHERE id = ? AND dead_at IS NOT NULL`)
+	q.requeueAll = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+WHERE dead_at IS NOT NULL`)
+	q.cleanup = rep.Replace(`DELETE FROM {t} WHERE processed_at < {now} - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`)
+	r.leases = newLeases(t)
+	return r
+}
+
+func (r *relay) Create(ctx context.Context, x store.Execer, ordered, retention bool, skip func(string, error) bool) error {
+	objs, err := store.Objects(Migrations(), "0002_relay.up.sql", store.DefaultOutbox, r.t, Quote)
+	if err != nil {
+		return err
+	}
+	return store.CreateRelayObjects(ctx, x, objs, ordered, retention,
+		func(o store.Object) (bool, error) { return exists(ctx, x, o.Name, o.Index, r.t) }, skip)
+}
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+func anys[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+// parseTime reads a DATETIME(6) whether the DSN has parseTime or not.
+func parseTime(v any) (time.Time, error) {
+	switch t := v.(type) {
+	case time.Time:
+		return t.UTC(), nil
+	case []byte:
+		return time.ParseInLocation("2006-01-02 15:04:05.999999", string(t), time.UTC)
+	case string:
+		return time.ParseInLocation("2006-01-02 15:04:05.999999", t, time.UTC)
+	case nil:
+		return time.Time{}, nil
+	}
+	return time.Time{}, fmt.Errorf("mysql: time of type %T", v)
+}
+
+func scanClaimed(rows *sql.Rows, extra ...any) (store.Claimed, error) {
+	var (
+		c                 store.Claimed
+		payload, metadata []byte
+		occurred          any
+	)
+	dest := append([]any{&c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic, &payload, &metadata,
+		&occurred, &c.Attempts, &c.Strikes}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return c, err
+	}
+	c.Payload, c.Metadata = payload, metadata
+	var err error
+	c.OccurredAt, err = parseTime(occurred)
+	return c, err
+}
+
+func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Claimed, error) {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []store.Claimed
+	for rows.Next() {
+		c, err := scanClaimed(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+func (r *relay) ClaimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Claimed, error) {
+	return r.claim(ctx, tx, r.q.claimLocked, limit)
+}
+
+// ClaimLeased is not used: MySQL has row locks (Caps.RowLocks).
+func (r *relay) ClaimLeased(context.Context, store.Execer, int, time.Duration) ([]store.Claimed, error) {
+	return nil, fmt.Errorf("mysql: claims lock their rows; use ClaimLocked")
+}
+
+func (r *relay) Unlease(ctx context.Context, x store.Execer, ids []string) error {
+	return r.byIDs(ctx, x, r.q.unlease, ids)
+}
+
+func (r *relay) byIDs(ctx context.Context, x store.Execer, q string, ids []string) error {
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 1000)]
+		ids = ids[len(chunk):]
+		if _, err := x.ExecContext(ctx, strings.Replace(q, "{ids}", placeholders(len(chunk)), 1), anys(chunk)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Claimed, error) {
+	if len(owned) == 0 {
+		return nil, nil
+	}
+	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
+	args := append(append([]any{partitions}, anys(owned)...), limit)
+	return r.claim(ctx, x, q, args...)
+}
+
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, ids []string, keep bool) error {
+	if keep {
+		return r.byIDs(ctx, x, r.q.markProcessed, ids)
+	}
+	return r.byIDs(ctx, x, r.q.markDelete, ids)
+}
+
+// MarkFailed updates each row: failures are few next to publishes.
+func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure) (time.Time, error) {
+	// The time read first is at or before the marks' own.
+	var raw any
+	if err := queryRow(ctx, x, `SELECT `+Now, nil, &raw); err != nil {
+		return time.Time{}, err
+	}
+	now, err := parseTime(raw)
+	if err != nil {
+		return now, err
+	}
+	for _, f := range fs {
+		strike := 0
+		if f.Strike {
+			strike = 1
+		}
+		if _, err := x.ExecContext(ctx, r.q.markFailed, strike, f.Err, f.Delay.Microseconds(), f.Dead, f.ID); err != nil {
+			return now, err
+		}
+	}
+	return now, nil
+}
+
+func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
+	var total int64
+	for i := range topics {
+		res, err := x.ExecContext(ctx, r.q.recoverOutage, since.UTC(), topics[i], types[i])
+		if err != nil {
+			return total, err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) {
+	var (
+		s   store.Stats
+		age sql.NullInt64
+	)
+	if err := queryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &age, &s.Dead); err != nil {
+		return s, err
+	}
+	if age.Valid {
+		s.OldestPending = time.Duration(age.Int64) * time.Microsecond
+	}
+	return s, nil
+}
+
+func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.DeadRow, error) {
+	rows, err := x.QueryContext(ctx, r.q.dead, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []store.DeadRow
+	for rows.Next() {
+		var (
+			d       store.DeadRow
+			lastErr sql.NullString
+			deadAt  any
+		)
+		c, err := scanClaimed(rows, &lastErr, &deadAt)
+		if err != nil {
+			return nil, err
+		}
+		d.Claimed, d.LastError = c, lastErr.String
+		if d.DeadAt, err = parseTime(deadAt); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
+	res, err := x.ExecContext(ctx, r.q.requeue, id)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
+	res, err := x.ExecContext(ctx, r.q.requeueAll)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// Cleanup deletes a batch (DELETE ... LIMIT); concurrent cleaners take turns on
+// InnoDB's row locks.
+func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	res, err := db.ExecContext(ctx, r.q.cleanup, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (r *relay) Leases() store.Leases { return r.leases }
+
+// queryRow scans the one row q returns into dest.
+func queryRow(ctx context.Context, x store.Execer, q string, args []any, dest ...any) error {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+type leases struct {
+	t, rt string
+}
+
+func newLeases(t ident.Table) leases {
+	return leases{t: Quote(t.Derived("_leases")), rt: Quote(t.Derived("_relays"))}
+}
+
+func (l leases) Seed(ctx context.Context, x store.Execer, n int) error {
+	vals := make([]string, n)
+	args := make([]any, n)
+	for i := range n {
+		vals[i], args[i] = "(?)", i
+	}
+	_, err := x.ExecContext(ctx, "INSERT INTO "+l.t+" (`partition`) VALUES "+strings.Join(vals, ", ")+
+		" ON DUPLICATE KEY UPDATE `partition` = `partition`", args...)
+	return err
+}
+
+func (l leases) Heartbeat(ctx context.Context, x store.Execer, instance string) error {
+	_, err := x.ExecContext(ctx, `INSERT INTO `+l.rt+` (instance, seen_at) VALUES (?, `+Now+`)
+ON DUPLICATE KEY UPDATE seen_at = `+Now, instance)
+	return err
+}
+
+func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) (int, error) {
+	var n int
+	err := queryRow(ctx, x, `SELECT COUNT(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - INTERVAL ? MICROSECOND`, []any{within.Microseconds()}, &n)
+	return n, err
+}
+
+// Renew extends the unexpired leases, then reads them back (no RETURNING).
+func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]int, error) {
+	if _, err := x.ExecContext(ctx, `UPDATE `+l.t+` SET expires_at = `+Now+` + INTERVAL ? MICROSECOND WHERE owner = ? AND expires_at > `+Now,
+		lease.Microseconds(), instance); err != nil {
+		return nil, err
+	}
+	return store.QueryInts(ctx, x, "SELECT `partition` FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, instance)
+}
+
+func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	_, err := x.ExecContext(ctx, "UPDATE "+l.t+" SET owner = '', expires_at = '1970-01-01 00:00:00' WHERE owner = ? AND `partition` IN ("+placeholders(len(parts))+")",
+		append([]any{instance}, anys(parts)...)...)
+	return err
+}
+
+// Acquire locks expired partitions (skipping those another instance is
+// taking) and takes them, in one transaction (no RETURNING, and no UPDATE with
+// a subquery on the table it updates).
+func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]int, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	got, err := store.QueryInts(ctx, tx, "SELECT `partition` FROM "+l.t+" WHERE expires_at <= "+Now+" AND `partition` < ? ORDER BY `partition` LIMIT ? FOR UPDATE SKIP LOCKED",
+		partitions, n)
+	if err != nil || len(got) == 0 {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE "+l.t+" SET owner = ?, expires_at = "+Now+" + INTERVAL ? MICROSECOND WHERE `partition` IN ("+placeholders(len(got))+")",
+		append([]any{instance, lease.Microseconds()}, anys(got)...)...); err != nil {
+		return nil, err
+	}
+	return got, tx.Commit()
+}
+
+func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {
+	_, err := x.ExecContext(ctx, `UPDATE `+l.t+` SET owner = '', expires_at = '1970-01-01 00:00:00' WHERE owner = ?`, instance)
+	return err
+}
+
+func (l leases) Leave(ctx context.Context, x store.Execer, instance string) error {
+	_, err := x.ExecContext(ctx, `DELETE FROM `+l.rt+` WHERE instance = ?`, instance)
+	return err
+}

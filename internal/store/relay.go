@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"time"
+)
+
+// Claimed is an outbox row a relay claimed.
+type Claimed struct {
+	ID, Type, AggregateType, AggregateID, Topic string
+	Version, Attempts, Strikes                  int
+	Payload, Metadata                           []byte
+	OccurredAt                                  time.Time
+}
+
+// Failure is a failed publish to record: an attempt, a strike when confirmed,
+// and either death or a retry after Delay (from the database's clock).
+type Failure struct {
+	ID     string
+	Err    string // stored as last_error (valid UTF-8)
+	Strike bool
+	Dead   bool
+	Delay  time.Duration
+}
+
+// Stats are the outbox's figures.
+type Stats struct {
+	Pending, Failing, Dead int64
+	OldestPending          time.Duration // by the database's clock; 0 when none
+}
+
+// DeadRow is a dead event.
+type DeadRow struct {
+	Claimed
+	LastError string
+	DeadAt    time.Time
+}
+
+// Relay is every operation the relay does on one outbox table.
+type Relay interface {
+	// Create creates the relay's additions to the outbox when missing: the
+	// lease tables of ordered mode (required) and the indexes of ordered
+	// claims, dead events and retention (optional: when creating one fails
+	// and skip(name, err) says so, the relay goes on without it).
+	Create(ctx context.Context, x Execer, ordered, retention bool, skip func(name string, err error) bool) error
+
+	// ClaimLocked claims up to limit due events in tx, locking them and
+	// skipping rows others locked (Caps.RowLocks); the locks hold until tx ends.
+	ClaimLocked(ctx context.Context, tx Execer, limit int) ([]Claimed, error)
+	// ClaimLeased claims up to limit due events by moving their available_at
+	// lease ahead, in a statement of its own (no Caps.RowLocks): nobody else
+	// claims them until then, and a relay that dies leaves them to be claimed
+	// again when the lease ends.
+	ClaimLeased(ctx context.Context, x Execer, limit int, lease time.Duration) ([]Claimed, error)
+	// Unlease makes leased events due again (a batch that ran out of time
+	// before publishing them).
+	Unlease(ctx context.Context, x Execer, ids []string) error
+	// ClaimOrdered returns up to limit due events of the owned partitions, in
+	// insertion order, leaving out those behind an earlier event of their
+	// aggregate that waits for a retry. It locks nothing: only the partitions'
+	// owner reads them.
+	ClaimOrdered(ctx context.Context, x Execer, limit, partitions int, owned []int32) ([]Claimed, error)
+
+	// MarkPublished deletes published events, or with keep stamps them
+	// processed (retention).
+	MarkPublished(ctx context.Context, x Execer, ids []string, keep bool) error
+	// MarkFailed records failures and returns the database's time of the marks.
+	MarkFailed(ctx context.Context, x Execer, fs []Failure) (time.Time, error)
+	// RecoverOutage makes due now the retries of pending events of these
+	// (topic, type) pairs that failed at or after since (database time).
+	RecoverOutage(ctx context.Context, x Execer, since time.Time, topics, types []string) (int64, error)
+
+	// Stats counts pending, failing and dead events and the oldest pending age.
+	Stats(ctx context.Context, x Execer) (Stats, error)
+	// Dead lists up to limit dead events, oldest death first.
+	Dead(ctx context.Context, x Execer, limit int) ([]DeadRow, error)
+	// Requeue makes the dead event id pending again; false if it is not dead.
+	Requeue(ctx context.Context, x Execer, id string) (bool, error)
+	// RequeueAll makes every dead event pending again.
+	RequeueAll(ctx context.Context, x Execer) (int64, error)
+	// Cleanup deletes up to limit events processed before olderThan ago,
+	// unless another instance is cleaning.
+	Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)
+
+	// Leases are the partition leases of ordered mode.
+	Leases() Leases
+}
+
+// Leases is the partition lease table and the instance heartbeat table of one
+// outbox.
+type Leases interface {
+	// Seed makes sure partitions 0..n-1 have rows.
+	Seed(ctx context.Context, x Execer, n int) error
+	// Heartbeat records that instance is alive.
+	Heartbeat(ctx context.Context, x Execer, instance string) error
+	// Live counts instances seen within the last within.
+	Live(ctx context.Context, x Execer, within time.Duration) (int, error)
+	// Renew extends instance's unexpired leases by lease and returns them.
+	Renew(ctx context.Context, x Execer, instance string, lease time.Duration) ([]int, error)
+	// Release gives instance's partitions back.
+	Release(ctx context.Context, x Execer, instance string, parts []int) error
+	// Acquire takes up to n expired partitions below partitions for instance.
+	Acquire(ctx context.Context, db DB, instance string, lease time.Duration, n, partitions int) ([]int, error)
+	// ReleaseAll gives all of instance's partitions back.
+	ReleaseAll(ctx context.Context, x Execer, instance string) error
+	// Leave forgets instance's heartbeat.
+	Leave(ctx context.Context, x Execer, instance string) error
+}
+
+// Waker wakes relays in other processes (Caps.Listen).
+type Waker interface {
+	// Listen holds a connection of db in LISTEN on channel and calls wake on
+	// each notification (and once when listening starts), until ctx is done or
+	// the connection fails.
+	Listen(ctx context.Context, db *sql.DB, channel string, wake func()) error
+	// Notify sends one notification on channel.
+	Notify(ctx context.Context, db *sql.DB, channel string) error
+}
+
+// CreateRelayObjects creates, of the relay's additions objs (rendered from the
+// relay migration), those the mode needs and exists says are missing: the
+// lease and instance tables and the claim indexes in ordered mode, the dead
+// index always, the processed index with retention. An index whose creation
+// fails is left out when skip says so.
+func CreateRelayObjects(ctx context.Context, x Execer, objs []Object, ordered, retention bool,
+	exists func(Object) (bool, error), skip func(name string, err error) bool) error {
+	for _, o := range objs {
+		name := string(o.Name.Name)
+		need := false
+		switch {
+		case hasSuffix(name, "_leases"), hasSuffix(name, "_relays"), hasSuffix(name, "_ordered_idx"), hasSuffix(name, "_aggregate_idx"):
+			need = ordered
+		case hasSuffix(name, "_processed_idx"):
+			need = retention
+		default:
+			need = true
+		}
+		if !need {
+			continue
+		}
+		ok, err := exists(o)
+		if err != nil {
+			return err
+		}
+		if ok {
+			continue
+		}
+		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
+			if o.Index && skip != nil && skip(o.Name.String(), err) {
+				continue
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+
+// QueryInts runs q and returns the one int column of its rows.
+func QueryInts(ctx context.Context, x Execer, q string, args ...any) ([]int, error) {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []int
+	for rows.Next() {
+		var v int
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}

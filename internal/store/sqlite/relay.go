@@ -1,0 +1,338 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Relay returns the relay's operations on the outbox table t.
+func (Driver) Relay(t ident.Table) store.Relay { return newRelay(t) }
+
+// Waker returns nil: SQLite has no LISTEN/NOTIFY. Relays in other processes
+// find events by polling (Config.PollInterval); within one process, Notify is a
+// relay's Wake.
+func (Driver) Waker() store.Waker { return nil }
+
+const pending = `processed_at IS NULL AND dead_at IS NULL`
+
+const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`
+
+type relay struct {
+	t ident.Table
+	q struct {
+		claimLeased, claimOrdered, markProcessed, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup string
+	}
+	leases leases
+}
+
+func newRelay(t ident.Table) *relay {
+	r := &relay{t: t}
+	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now)
+	q := &r.q
+	// One statement, under SQLite's single writer: the rows it moves past the
+	// lease are this claim's alone.
+	q.claimLeased = rep.Replace(`UPDATE {t} SET available_at = {now} + ?
+WHERE seq IN (SELECT seq FROM {t} WHERE {pending} AND available_at <= {now} ORDER BY available_at, seq LIMIT ?)
+RETURNING seq, {cols}`)
+	q.claimOrdered = rep.Replace(`WITH blocked AS (
+  SELECT aggregate_type, aggregate_id, min(seq) AS seq FROM {t}
+  WHERE {pending} AND available_at > {now} AND aggregate_id <> ''
+  GROUP BY aggregate_type, aggregate_id)
+SELECT o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts, o.strikes
+FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now}
+  AND o.part_key % ? IN ({owned})
+  AND NOT EXISTS (SELECT 1 FROM blocked b
+    WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
+ORDER BY o.seq LIMIT ?`)
+	q.markProcessed = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE id IN ({ids})`)
+	q.markFailed = rep.Replace(`UPDATE {t} SET
+  attempts = attempts + 1,
+  strikes = strikes + ?,
+  last_error = ?,
+  last_failed_at = ?,
+  available_at = ? + ?,
+  dead_at = CASE WHEN ? THEN ? END
+WHERE id = ? AND {pending}`)
+	q.recoverOutage = rep.Replace(`UPDATE {t} SET available_at = {now}
+WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?`)
+	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min(created_at),
+  (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL)
+FROM {t} WHERE {pending}`)
+	q.dead = rep.Replace(`SELECT seq, {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL ORDER BY dead_at, seq LIMIT ?`)
+	q.requeue = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+WHERE id = ? AND dead_at IS NOT NULL`)
+	q.requeueAll = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+WHERE dead_at IS NOT NULL`)
+	q.cleanup = rep.Replace(`DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE processed_at < {now} - ? LIMIT ?)`)
+	r.leases = newLeases(t)
+	return r
+}
+
+func (r *relay) Create(ctx context.Context, x store.Execer, ordered, retention bool, skip func(string, error) bool) error {
+	objs, err := store.Objects(Migrations(), "0002_relay.up.sql", store.DefaultOutbox, r.t, ident.Table.Quoted)
+	if err != nil {
+		return err
+	}
+	return store.CreateRelayObjects(ctx, x, objs, ordered, retention,
+		func(o store.Object) (bool, error) { return exists(ctx, x, o.Name) }, skip)
+}
+
+// placeholders returns "?, ?, ..." for n values.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
+}
+
+func anys[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Claimed, error) {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	type ordered struct {
+		seq int64
+		c   store.Claimed
+	}
+	var got []ordered
+	for rows.Next() {
+		var (
+			o                 ordered
+			payload, metadata string
+			occurred          int64
+		)
+		if err := rows.Scan(&o.seq, &o.c.ID, &o.c.Type, &o.c.Version, &o.c.AggregateType, &o.c.AggregateID, &o.c.Topic,
+			&payload, &metadata, &occurred, &o.c.Attempts, &o.c.Strikes); err != nil {
+			return nil, err
+		}
+		o.c.Payload, o.c.Metadata, o.c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
+		got = append(got, o)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// RETURNING yields rows in no promised order.
+	slices.SortFunc(got, func(a, b ordered) int { return int(a.seq - b.seq) })
+	out := make([]store.Claimed, len(got))
+	for i, o := range got {
+		out[i] = o.c
+	}
+	return out, nil
+}
+
+// ClaimLocked is not available: SQLite has no row locks (Caps.RowLocks).
+func (r *relay) ClaimLocked(context.Context, store.Execer, int) ([]store.Claimed, error) {
+	return nil, errors.New("sqlite: no row locks; claim with ClaimLeased")
+}
+
+func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Claimed, error) {
+	return r.claim(ctx, x, r.q.claimLeased, lease.Microseconds(), limit)
+}
+
+func (r *relay) Unlease(ctx context.Context, x store.Execer, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	_, err := x.ExecContext(ctx, `UPDATE `+r.t.Quoted()+` SET available_at = `+Now+` WHERE `+pending+` AND id IN (`+placeholders(len(ids))+`)`, anys(ids)...)
+	return err
+}
+
+func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Claimed, error) {
+	if len(owned) == 0 {
+		return nil, nil
+	}
+	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
+	args := append(append([]any{partitions}, anys(owned)...), limit)
+	return r.claim(ctx, x, q, args...)
+}
+
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, ids []string, keep bool) error {
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 1000)]
+		ids = ids[len(chunk):]
+		q := `DELETE FROM ` + r.t.Quoted() + ` WHERE id IN ({ids})`
+		if keep {
+			q = r.q.markProcessed
+		}
+		if _, err := x.ExecContext(ctx, strings.Replace(q, "{ids}", placeholders(len(chunk)), 1), anys(chunk)...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MarkFailed updates each row: failures are few next to publishes.
+func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure) (time.Time, error) {
+	now := time.Now().UTC()
+	us := now.UnixMicro()
+	for _, f := range fs {
+		strike := 0
+		if f.Strike {
+			strike = 1
+		}
+		if _, err := x.ExecContext(ctx, r.q.markFailed, strike, f.Err, us, us, f.Delay.Microseconds(), f.Dead, us, f.ID); err != nil {
+			return now, err
+		}
+	}
+	return now, nil
+}
+
+func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
+	var total int64
+	for i := range topics {
+		res, err := x.ExecContext(ctx, r.q.recoverOutage, since.UnixMicro(), topics[i], types[i])
+		if err != nil {
+			return total, err
+		}
+		n, _ := res.RowsAffected()
+		total += n
+	}
+	return total, nil
+}
+
+func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) {
+	var (
+		s   store.Stats
+		age sql.NullInt64
+	)
+	rows, err := x.QueryContext(ctx, r.q.stats)
+	if err != nil {
+		return s, err
+	}
+	defer func() { _ = rows.Close() }()
+	if rows.Next() {
+		if err := rows.Scan(&s.Pending, &s.Failing, &age, &s.Dead); err != nil {
+			return s, err
+		}
+	}
+	if age.Valid {
+		s.OldestPending = time.Duration(age.Int64) * time.Microsecond
+	}
+	return s, rows.Err()
+}
+
+func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.DeadRow, error) {
+	rows, err := x.QueryContext(ctx, r.q.dead, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []store.DeadRow
+	for rows.Next() {
+		var (
+			d                 store.DeadRow
+			seq               int64
+			payload, metadata string
+			occurred, deadAt  int64
+			lastErr           sql.NullString
+		)
+		if err := rows.Scan(&seq, &d.ID, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &payload, &metadata,
+			&occurred, &d.Attempts, &d.Strikes, &lastErr, &deadAt); err != nil {
+			return nil, err
+		}
+		d.Payload, d.Metadata = []byte(payload), []byte(metadata)
+		d.OccurredAt, d.DeadAt, d.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(deadAt).UTC(), lastErr.String
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
+	res, err := x.ExecContext(ctx, r.q.requeue, id)
+	if err != nil {
+		return false, err
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
+func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
+	res, err := x.ExecContext(ctx, r.q.requeueAll)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+// Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
+func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	res, err := db.ExecContext(ctx, r.q.cleanup, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (r *relay) Leases() store.Leases { return r.leases }
+
+type leases struct {
+	t, rt string
+}
+
+func newLeases(t ident.Table) leases {
+	return leases{t: t.Derived("_leases").Quoted(), rt: t.Derived("_relays").Quoted()}
+}
+
+func (l leases) Seed(ctx context.Context, x store.Execer, n int) error {
+	_, err := x.ExecContext(ctx, `WITH RECURSIVE p(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM p WHERE i + 1 < ?)
+INSERT INTO `+l.t+` (partition) SELECT i FROM p WHERE true ON CONFLICT DO NOTHING`, n)
+	return err
+}
+
+func (l leases) Heartbeat(ctx context.Context, x store.Execer, instance string) error {
+	_, err := x.ExecContext(ctx, `INSERT INTO `+l.rt+` (instance, seen_at) VALUES (?, `+Now+`)
+ON CONFLICT (instance) DO UPDATE SET seen_at = excluded.seen_at`, instance)
+	return err
+}
+
+func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) (int, error) {
+	n, err := store.QueryInts(ctx, x, `SELECT count(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - ?`, within.Microseconds())
+	if err != nil || len(n) == 0 {
+		return 0, err
+	}
+	return n[0], nil
+}
+
+func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]int, error) {
+	return store.QueryInts(ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition`,
+		lease.Microseconds(), instance)
+}
+
+func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
+	if len(parts) == 0 {
+		return nil
+	}
+	_, err := x.ExecContext(ctx, `UPDATE `+l.t+` SET owner = '', expires_at = 0 WHERE owner = ? AND partition IN (`+placeholders(len(parts))+`)`,
+		append([]any{instance}, anys(parts)...)...)
+	return err
+}
+
+func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]int, error) {
+	return store.QueryInts(ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?
+WHERE partition IN (SELECT partition FROM `+l.t+` WHERE expires_at <= `+Now+` AND partition < ? ORDER BY partition LIMIT ?)
+RETURNING partition`, instance, lease.Microseconds(), partitions, n)
+}
+
+func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {
+	_, err := x.ExecContext(ctx, `UPDATE `+l.t+` SET owner = '', expires_at = 0 WHERE owner = ?`, instance)
+	return err
+}
+
+func (l leases) Leave(ctx context.Context, x store.Execer, instance string) error {
+	_, err := x.ExecContext(ctx, `DELETE FROM `+l.rt+` WHERE instance = ?`, instance)
+	return err
+}
