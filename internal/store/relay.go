@@ -156,7 +156,9 @@ func CreateRelayObjects(ctx context.Context, x Execer, objs []Object, ordered, r
 	return nil
 }
 
-func hasSuffix(s, suffix string) bool { return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix }
+func hasSuffix(s, suffix string) bool {
+	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
+}
 
 // QueryInts runs q and returns the one int column of its rows.
 func QueryInts(ctx context.Context, x Execer, q string, args ...any) ([]int, error) {
