@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
@@ -25,9 +24,9 @@ import (
 func TestFaultBetweenAckAndMark(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
-			topic := brokertest.Topic("ackmark")
-			e := newTopicEnv(t, topic)
-			pub, sub := brokertest.NATS(t, brokertest.NATSURL(), topic)
+			e := newEnv(t)
+			pubsub := newGoChannel()
+			pub, sub, topic := pubsub, pubsub, "account.deposited"
 			got := consume(t, sub, topic)
 			ids := e.write(10, 5)
 			r, err := relay.New(e.db, pub, relay.Config{Ordered: ordered, BatchSize: 20, PollInterval: 50 * time.Millisecond,

@@ -22,13 +22,7 @@ import (
 	"github.com/heraldgo/herald/relay"
 )
 
-func TestMain(m *testing.M) {
-	if os.Getenv("HERALD_RELAY_CHILD") != "" {
-		runChildRelay() // a relay process started by a test; runs until killed
-		return
-	}
-	pgtest.Main(m)
-}
+func TestMain(m *testing.M) { pgtest.Main(m) }
 
 type Account struct {
 	ID      uuid.UUID `gorm:"type:uuid;primaryKey"`

@@ -8,7 +8,6 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/heraldgo/herald/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
@@ -86,51 +85,6 @@ func TestTerminateRelayBackends(t *testing.T) {
 				t.Fatal("Run returned")
 			}
 		})
-	}
-}
-
-// The broker (a private NATS server) killed while events keep coming, and
-// started again on the same store: everything arrives.
-func TestBrokerOutage(t *testing.T) {
-	srv := brokertest.StartNATS(t)
-	topic := brokertest.Topic("outage")
-	e := newTopicEnv(t, topic)
-	pub, _ := brokertest.NATS(t, srv.URL(), topic)
-	r, err := relay.New(e.db, pub, relay.Config{PollInterval: 50 * time.Millisecond, PublishTimeout: 500 * time.Millisecond,
-		MinBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond, MaxAttempts: 1000, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	returned, _ := e.run(r)
-	ids := idSet(e.write(10, 2))
-	eventually(t, 20*time.Second, "first events published", func() bool { return e.pending() == 0 })
-	srv.Stop()
-	for k := range idSet(e.write(10, 2)) {
-		ids[k] = true
-	}
-	time.Sleep(2 * time.Second)
-	if e.pending() == 0 {
-		t.Fatal("events marked published while the broker was down")
-	}
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 60*time.Second, "outbox drained after the broker came back", func() bool { return e.pending() == 0 })
-	if returned.Load() {
-		t.Fatal("Run returned during the outage")
-	}
-	// Everything is in the stream: read it back from the start.
-	_, sub := brokertest.NATS(t, srv.URL(), topic)
-	got := consume(t, sub, topic)
-	eventually(t, 20*time.Second, "40 events in the stream", func() bool { return got.distinct() == 40 })
-	for _, m := range got.snapshot() {
-		if !ids[m.UUID] {
-			t.Fatalf("unknown message %s", m.UUID)
-		}
-	}
-	s, _ := r.Stats(context.Background())
-	if s.Failed == 0 {
-		t.Fatal("no failed attempt recorded during the outage")
 	}
 }
 

@@ -4,12 +4,15 @@
 // events; a shipping consumer behind the inbox reacts to OrderPaid by saving a
 // shipment, whose own event goes through the outbox too.
 //
-//	go run ./examples/orders                     # Watermill's in-process GoChannel
+//	go run ./examples/orders                     # SQLite in a temporary directory, Watermill's GoChannel
 //	go run ./examples/orders -broker nats        # NATS JetStream at 127.0.0.1:4222
 //	go run ./examples/orders -broker rabbitmq    # RabbitMQ at 127.0.0.1:5672
 //
-// It uses PostgreSQL at 127.0.0.1:5432 (DATABASE_URL overrides) and works in a
-// schema of its own, herald_example, which it recreates on each run.
+// With nothing set it needs no server at all: an SQLite file in a temporary
+// directory, removed at the end. DATABASE_URL switches the database:
+// postgres://user@host:port/db works in a schema of its own, herald_example,
+// recreated on each run; mysql://user:password@host:port/db (MySQL 8 or
+// MariaDB) in a database of its own, herald_example, recreated on each run.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -30,13 +34,17 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	_ "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	natsgo "github.com/nats-io/nats.go"
+	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
+	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+	_ "modernc.org/sqlite"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
@@ -112,23 +120,21 @@ func topic(env *events.Envelope) string {
 func main() {
 	n := flag.Int("orders", 5, "orders to place")
 	broker := flag.String("broker", "gochannel", "gochannel, nats or rabbitmq")
-	schema := flag.String("schema", "herald_example", "PostgreSQL schema to (re)create and work in")
+	schema := flag.String("schema", "herald_example", "PostgreSQL schema, or MySQL database, to (re)create and work in")
 	flag.Parse()
-	if err := run(context.Background(), *n, *broker, *schema); err != nil {
+	if err := run(context.Background(), *n, *broker, os.Getenv("DATABASE_URL"), *schema); err != nil {
 		fmt.Fprintln(os.Stderr, "orders:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n int, broker, schema string) error {
-	dsn := os.Getenv("DATABASE_URL")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	db, err := connect(ctx, dsn, schema)
+func run(ctx context.Context, n int, broker, dbURL, schema string) error {
+	db, where, closeDB, err := openDatabase(ctx, dbURL, schema)
 	if err != nil {
 		return err
 	}
+	defer closeDB()
+	fmt.Printf("database: %s; broker: %s\n\n", where, broker)
 	pub, sub, closeBroker, err := openBroker(broker)
 	if err != nil {
 		return err
@@ -164,7 +170,7 @@ func run(ctx context.Context, n int, broker, schema string) error {
 	}
 	var delivered, shipped atomic.Int64
 	router.AddMiddleware(counting(&delivered), in.Middleware)
-	router.AddNoPublisherHandler("shipping", "herald_example_order_paid", sub, func(msg *message.Message) error {
+	router.AddConsumerHandler("shipping", "herald_example_order_paid", sub, func(msg *message.Message) error {
 		e, _, err := reg.DecodeMessage(msg)
 		if err != nil {
 			return err
@@ -333,7 +339,8 @@ func waitFor(d time.Duration, cond func() bool) error {
 
 func short(id uuid.UUID) string { return id.String()[:8] }
 
-// rootCause returns the short reason behind a connection error, not pgx's chain.
+// rootCause returns the short reason behind a connection error, not a
+// driver's chain.
 func rootCause(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -351,14 +358,57 @@ func rootCause(err error) string {
 	return msg
 }
 
-// connect opens GORM on a fresh schema, or says in one line why
-// PostgreSQL could not be reached and how to point the example elsewhere.
-func connect(ctx context.Context, dsn, schema string) (*gorm.DB, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL is not a postgres:// URL: %v", err)
+// openDatabase opens GORM on the database dbURL names, or on an SQLite file in
+// a temporary directory when it is empty, in a schema (PostgreSQL) or database
+// (MySQL) of its own. It says in one line why a server could not be reached.
+func openDatabase(ctx context.Context, dbURL, schema string) (db *gorm.DB, where string, closeDB func(), err error) {
+	cfg := &gorm.Config{Logger: logger.Discard}
+	switch {
+	case dbURL == "":
+		dir, err := os.MkdirTemp("", "herald-example-")
+		if err != nil {
+			return nil, "", nil, err
+		}
+		path := filepath.Join(dir, "orders.db")
+		// WAL: readers do not block the writer; _txlock=immediate: a write
+		// transaction takes SQLite's one write lock when it begins, and waits
+		// for it up to the busy timeout, instead of failing later.
+		dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+		db, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}), cfg)
+		if err != nil {
+			_ = os.RemoveAll(dir)
+			return nil, "", nil, err
+		}
+		return db, "SQLite " + path, func() { closeGORM(db); _ = os.RemoveAll(dir) }, nil
+	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
+		db, err := openPostgres(ctx, dbURL, schema, cfg)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return db, "PostgreSQL, schema " + schema, func() { closeGORM(db) }, nil
+	case strings.HasPrefix(dbURL, "mysql://"):
+		db, err := openMySQL(ctx, dbURL, schema, cfg)
+		if err != nil {
+			return nil, "", nil, err
+		}
+		return db, "MySQL, database " + schema, func() { closeGORM(db) }, nil
 	}
-	admin, err := sql.Open("pgx", dsn)
+	return nil, "", nil, fmt.Errorf("DATABASE_URL %q: want postgres://..., mysql://... or nothing (SQLite)", dbURL)
+}
+
+func closeGORM(db *gorm.DB) {
+	if s, err := db.DB(); err == nil {
+		_ = s.Close()
+	}
+}
+
+// openPostgres recreates schema and opens GORM in it.
+func openPostgres(ctx context.Context, dbURL, schema string, cfg *gorm.Config) (*gorm.DB, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL is not a URL: %v", err)
+	}
+	admin, err := sql.Open("pgx", dbURL)
 	if err != nil {
 		return nil, err
 	}
@@ -366,8 +416,7 @@ func connect(ctx context.Context, dsn, schema string) (*gorm.DB, error) {
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := admin.PingContext(pctx); err != nil {
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %s (set DATABASE_URL=postgres://user@host:port/db to use another)",
-			u.Host, rootCause(err))
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %s (unset DATABASE_URL to run on SQLite)", u.Host, rootCause(err))
 	}
 	if _, err := admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; CREATE SCHEMA `+schema); err != nil {
 		return nil, fmt.Errorf("create schema %s: %w", schema, err)
@@ -375,7 +424,7 @@ func connect(ctx context.Context, dsn, schema string) (*gorm.DB, error) {
 	q := u.Query()
 	q.Set("search_path", schema)
 	u.RawQuery = q.Encode()
-	db, err := gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(postgres.Open(u.String()), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -385,4 +434,41 @@ func connect(ctx context.Context, dsn, schema string) (*gorm.DB, error) {
 	}
 	sqlDB.SetMaxIdleConns(16) // database/sql keeps 2 by default: every extra statement would reconnect
 	return db, nil
+}
+
+// openMySQL recreates database name and opens GORM in it. mysql://user:pw@host:port/db
+// becomes go-sql-driver's user:pw@tcp(host:port)/name, with clientFoundRows=true
+// (Herald needs an UPDATE to report the rows it matched), parseTime and UTC.
+func openMySQL(ctx context.Context, dbURL, name string, cfg *gorm.Config) (*gorm.DB, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return nil, fmt.Errorf("DATABASE_URL is not a URL: %v", err)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host += ":3306"
+	}
+	dsn := func(db string) string {
+		q := u.Query()
+		q.Set("clientFoundRows", "true")
+		q.Set("parseTime", "true")
+		q.Set("loc", "UTC")
+		return u.User.String() + "@tcp(" + host + ")/" + db + "?" + q.Encode()
+	}
+	admin, err := sql.Open("mysql", dsn(""))
+	if err != nil {
+		return nil, err
+	}
+	defer admin.Close()
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := admin.PingContext(pctx); err != nil {
+		return nil, fmt.Errorf("cannot reach MySQL at %s: %s (unset DATABASE_URL to run on SQLite)", host, rootCause(err))
+	}
+	for _, q := range []string{"DROP DATABASE IF EXISTS `" + name + "`", "CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"} {
+		if _, err := admin.ExecContext(ctx, q); err != nil {
+			return nil, fmt.Errorf("create database %s: %w", name, err)
+		}
+	}
+	return gorm.Open(mysql.Open(dsn(name)), cfg)
 }

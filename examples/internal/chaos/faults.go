@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"gorm.io/gorm"
 
-	"github.com/heraldgo/herald/internal/brokertest"
+	"github.com/heraldgo/herald/examples/internal/brokertest"
 )
 
 // refusals are the windows in which the relays refuse the last topic. The

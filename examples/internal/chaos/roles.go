@@ -23,7 +23,7 @@ import (
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/inbox"
-	"github.com/heraldgo/herald/internal/brokertest"
+	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"

@@ -25,7 +25,7 @@ import (
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/inbox"
-	"github.com/heraldgo/herald/internal/brokertest"
+	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"

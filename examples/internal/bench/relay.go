@@ -20,7 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"gorm.io/gorm"
 
-	"github.com/heraldgo/herald/internal/brokertest"
+	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
