@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 )
 
@@ -53,36 +52,37 @@ const (
 	MetaPrefix = "herald_"
 )
 
-// ErrMalformedMessage is returned by [FromMessage] for a message that does not
-// carry a valid Herald envelope.
+// ErrMalformedMessage is returned by [ParseEnvelope] for a message that does
+// not carry a valid Herald envelope.
 var ErrMalformedMessage = errors.New("malformed herald message")
 
-// NewMessage builds the Watermill message for env: its UUID is the event id, its
-// payload the encoded event, and its metadata the event's own metadata plus the
-// Herald keys (MetaID, MetaType, ...), which win over user keys of the same name.
-func NewMessage(env Envelope) *message.Message {
-	msg := message.NewMessage(env.ID.String(), env.Payload)
+// MessageMetadata returns the metadata of the message that carries env: the
+// event's own metadata plus the Herald keys (MetaID, MetaType, ...), which win
+// over user keys of the same name. The message's UUID is env.ID and its
+// payload env.Payload (the relay builds Watermill messages so).
+func (env Envelope) MessageMetadata() Metadata {
+	md := make(Metadata, len(env.Metadata)+6)
 	for k, v := range env.Metadata {
-		msg.Metadata.Set(k, v)
+		md[k] = v
 	}
-	msg.Metadata.Set(MetaID, env.ID.String())
-	msg.Metadata.Set(MetaType, env.Type)
-	msg.Metadata.Set(MetaVersion, strconv.Itoa(env.Version))
+	md[MetaID] = env.ID.String()
+	md[MetaType] = env.Type
+	md[MetaVersion] = strconv.Itoa(env.Version)
 	if env.AggregateType != "" || env.AggregateID != "" {
-		msg.Metadata.Set(MetaAggregateType, env.AggregateType)
-		msg.Metadata.Set(MetaAggregateID, env.AggregateID)
+		md[MetaAggregateType] = env.AggregateType
+		md[MetaAggregateID] = env.AggregateID
 	}
-	msg.Metadata.Set(MetaOccurredAt, env.OccurredAt.UTC().Format(time.RFC3339Nano))
-	return msg
+	md[MetaOccurredAt] = env.OccurredAt.UTC().Format(time.RFC3339Nano)
+	return md
 }
 
-// MessageID returns the event id a message carries: the MetaID metadata key, or
-// else the message UUID. It returns an error wrapping [ErrMalformedMessage] when
+// EventID returns the event id a message carries: its MetaID metadata, or
+// else its UUID. It returns an error wrapping [ErrMalformedMessage] when
 // neither is a valid UUID.
-func MessageID(msg *message.Message) (uuid.UUID, error) {
-	raw := msg.Metadata.Get(MetaID)
+func EventID(msgUUID string, md map[string]string) (uuid.UUID, error) {
+	raw := md[MetaID]
 	if raw == "" {
-		raw = msg.UUID
+		raw = msgUUID
 	}
 	if raw == "" {
 		return uuid.Nil, fmt.Errorf("%w: no event id (neither %s nor message UUID)", ErrMalformedMessage, MetaID)
@@ -94,36 +94,36 @@ func MessageID(msg *message.Message) (uuid.UUID, error) {
 	return id, nil
 }
 
-// FromMessage reads the envelope a message built by [NewMessage] carries. The
-// topic is not part of a message and is left empty. Errors wrap
-// [ErrMalformedMessage].
-func FromMessage(msg *message.Message) (Envelope, error) {
-	id, err := MessageID(msg)
+// ParseEnvelope reads the envelope a message carries, from its UUID, metadata
+// and payload (a message built with MessageMetadata). The topic is not part of
+// a message and is left empty. Errors wrap [ErrMalformedMessage].
+func ParseEnvelope(msgUUID string, md map[string]string, payload []byte) (Envelope, error) {
+	id, err := EventID(msgUUID, md)
 	if err != nil {
 		return Envelope{}, err
 	}
 	env := Envelope{
 		ID:            id,
-		Type:          msg.Metadata.Get(MetaType),
+		Type:          md[MetaType],
 		Version:       1,
-		AggregateType: msg.Metadata.Get(MetaAggregateType),
-		AggregateID:   msg.Metadata.Get(MetaAggregateID),
-		Payload:       msg.Payload,
+		AggregateType: md[MetaAggregateType],
+		AggregateID:   md[MetaAggregateID],
+		Payload:       payload,
 	}
 	if env.Type == "" {
 		return Envelope{}, fmt.Errorf("%w: message %s has no %s", ErrMalformedMessage, id, MetaType)
 	}
-	if v := msg.Metadata.Get(MetaVersion); v != "" {
+	if v := md[MetaVersion]; v != "" {
 		if env.Version, err = strconv.Atoi(v); err != nil || env.Version < 1 {
 			return Envelope{}, fmt.Errorf("%w: message %s: bad %s %q", ErrMalformedMessage, id, MetaVersion, v)
 		}
 	}
-	if v := msg.Metadata.Get(MetaOccurredAt); v != "" {
+	if v := md[MetaOccurredAt]; v != "" {
 		if env.OccurredAt, err = time.Parse(time.RFC3339Nano, v); err != nil {
 			return Envelope{}, fmt.Errorf("%w: message %s: bad %s %q", ErrMalformedMessage, id, MetaOccurredAt, v)
 		}
 	}
-	for k, v := range msg.Metadata {
+	for k, v := range md {
 		if !strings.HasPrefix(k, MetaPrefix) {
 			if env.Metadata == nil {
 				env.Metadata = Metadata{}

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/events"
@@ -74,14 +73,14 @@ func TestMessageRoundTrip(t *testing.T) {
 		Payload:    []byte(`{"OrderID":"o-1","Amount":5}`),
 		Metadata:   events.Metadata{"correlation_id": "c", events.MetaType: "spoofed"},
 	}
-	msg := events.NewMessage(env)
-	if msg.UUID != env.ID.String() || msg.Metadata.Get(events.MetaID) != env.ID.String() {
-		t.Fatal("message UUID is not the event id")
+	md := env.MessageMetadata()
+	if md[events.MetaID] != env.ID.String() {
+		t.Fatal("the metadata does not repeat the event id")
 	}
-	if msg.Metadata.Get(events.MetaType) != "order.paid" {
+	if md[events.MetaType] != "order.paid" {
 		t.Fatal("user metadata overrode a reserved key")
 	}
-	got, err := events.FromMessage(msg)
+	got, err := events.ParseEnvelope(env.ID.String(), md, env.Payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,34 +89,28 @@ func TestMessageRoundTrip(t *testing.T) {
 		got.Metadata["correlation_id"] != "c" || len(got.Metadata) != 1 {
 		t.Fatalf("round trip: %+v", got)
 	}
-	// A broker that replaced msg.UUID: the metadata key still carries the id.
-	msg.UUID = "something-else"
-	if id, _ := events.MessageID(msg); id != env.ID {
-		t.Fatal("id lost when msg.UUID changed")
+	// A broker that replaced the message UUID: the metadata key still carries the id.
+	if id, _ := events.EventID("something-else", md); id != env.ID {
+		t.Fatal("id lost when the message UUID changed")
 	}
 }
 
-func TestFromMessageMalformed(t *testing.T) {
+func TestParseEnvelopeMalformed(t *testing.T) {
 	id := uuid.NewString()
-	for name, msg := range map[string]*message.Message{
-		"no id":        message.NewMessage("", nil),
-		"bad id":       message.NewMessage("not-a-uuid", nil),
-		"no type":      message.NewMessage(id, nil),
-		"bad version":  withMeta(id, events.MetaType, "x", events.MetaVersion, "zero"),
-		"bad occurred": withMeta(id, events.MetaType, "x", events.MetaOccurredAt, "yesterday"),
+	for name, c := range map[string]struct {
+		uuid string
+		md   map[string]string
+	}{
+		"no id":        {"", nil},
+		"bad id":       {"not-a-uuid", nil},
+		"no type":      {id, nil},
+		"bad version":  {id, map[string]string{events.MetaType: "x", events.MetaVersion: "zero"}},
+		"bad occurred": {id, map[string]string{events.MetaType: "x", events.MetaOccurredAt: "yesterday"}},
 	} {
-		if _, err := events.FromMessage(msg); !errors.Is(err, events.ErrMalformedMessage) {
+		if _, err := events.ParseEnvelope(c.uuid, c.md, []byte(`{}`)); !errors.Is(err, events.ErrMalformedMessage) {
 			t.Errorf("%s: error = %v", name, err)
 		}
 	}
-}
-
-func withMeta(id string, kv ...string) *message.Message {
-	m := message.NewMessage(id, []byte(`{}`))
-	for i := 0; i < len(kv); i += 2 {
-		m.Metadata.Set(kv[i], kv[i+1])
-	}
-	return m
 }
 
 func TestRegistry(t *testing.T) {
@@ -135,9 +128,8 @@ func TestRegistry(t *testing.T) {
 	if err != nil || e.(OrderPaid).Amount != 3 {
 		t.Fatalf("decode value: %v %v", e, err)
 	}
-	msg := events.NewMessage(events.Envelope{ID: events.NewID(), Type: "order.shipped", Version: 3, Payload: []byte(`{"N":4}`)})
-	e, env, err := reg.DecodeMessage(msg)
-	if err != nil || e.(*Shipped).N != 4 || env.Version != 3 {
+	e, err = reg.Decode(events.Envelope{ID: events.NewID(), Type: "order.shipped", Version: 3, Payload: []byte(`{"N":4}`)})
+	if err != nil || e.(*Shipped).N != 4 {
 		t.Fatalf("decode pointer: %v %v", e, err)
 	}
 	if _, err := reg.Decode(events.Envelope{Type: "nope"}); !errors.Is(err, events.ErrUnknownType) {

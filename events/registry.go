@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"reflect"
 	"sync"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // ErrUnknownType is returned when decoding an event whose type is not registered.
@@ -89,15 +87,4 @@ func (r *Registry) Decode(env Envelope) (Event, error) {
 		return v.Interface().(Event), nil
 	}
 	return v.Elem().Interface().(Event), nil
-}
-
-// DecodeMessage reads the envelope of msg with [FromMessage] and decodes its
-// payload with Decode.
-func (r *Registry) DecodeMessage(msg *message.Message) (Event, Envelope, error) {
-	env, err := FromMessage(msg)
-	if err != nil {
-		return nil, Envelope{}, err
-	}
-	e, err := r.Decode(env)
-	return e, env, err
 }

@@ -156,7 +156,7 @@ func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 func envelopeOf(m *message.Message, topic string) (events.Envelope, error) {
 	env := events.Envelope{Type: DefaultMessageType, Version: 1}
 	if m.Metadata.Get(events.MetaType) != "" {
-		e, err := events.FromMessage(m)
+		e, err := events.ParseEnvelope(m.UUID, m.Metadata, m.Payload)
 		if err != nil {
 			return events.Envelope{}, fmt.Errorf("outboxhook: %w", err)
 		}

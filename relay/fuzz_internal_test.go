@@ -25,7 +25,7 @@ func FuzzToMessage(f *testing.F) {
 			}
 			return
 		}
-		env, err := events.FromMessage(msg)
+		env, err := events.ParseEnvelope(msg.UUID, msg.Metadata, msg.Payload)
 		if err != nil || env.ID.String() != msg.UUID {
 			t.Fatalf("message does not read back: %+v, %v", env, err)
 		}

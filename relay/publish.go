@@ -62,10 +62,22 @@ func toMessage(r *row) (*message.Message, error) {
 			return nil, fmt.Errorf("%w: metadata of %s: %v", ErrUndecodable, r.id, err)
 		}
 	}
-	return events.NewMessage(events.Envelope{
+	return NewMessage(events.Envelope{
 		ID: id, Type: r.typ, Version: r.version, AggregateType: r.aggType, AggregateID: r.aggID,
 		Topic: r.topic, OccurredAt: r.occurred, Payload: r.payload, Metadata: md,
 	}), nil
+}
+
+// NewMessage builds the Watermill message the relay publishes for env: its UUID
+// is the event id, its payload the encoded event, and its metadata
+// env.MessageMetadata() (the event's own metadata and the Herald keys, which
+// win). Consumers read it back with inbox.FromMessage.
+func NewMessage(env events.Envelope) *message.Message {
+	msg := message.NewMessage(env.ID.String(), env.Payload)
+	for k, v := range env.MessageMetadata() {
+		msg.Metadata.Set(k, v)
+	}
+	return msg
 }
 
 // result is how one row's publish ended: its error (nil when published) and

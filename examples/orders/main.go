@@ -171,7 +171,7 @@ func run(ctx context.Context, n int, broker, dbURL, schema string) error {
 	var delivered, shipped atomic.Int64
 	router.AddMiddleware(counting(&delivered), in.Middleware)
 	router.AddConsumerHandler("shipping", "herald_example_order_paid", sub, func(msg *message.Message) error {
-		e, _, err := reg.DecodeMessage(msg)
+		e, _, err := inbox.Decode(&reg, msg)
 		if err != nil {
 			return err
 		}

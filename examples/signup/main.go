@@ -24,6 +24,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
 )
@@ -105,7 +106,7 @@ func run(ctx context.Context, schema string) error {
 	for range 2 {
 		select {
 		case msg := <-messages:
-			e, env, err := reg.DecodeMessage(msg)
+			e, env, err := inbox.Decode(&reg, msg)
 			if err != nil {
 				return err
 			}

@@ -263,7 +263,7 @@ func testInboxConsumerBadInputToPoisonQueue(t *testing.T, dl testkit.Dialect) {
 	}
 	router.AddMiddleware(poison, e.inbox(inbox.Config{}).Middleware)
 	router.AddNoPublisherHandler("pay", "payments", gc, func(msg *message.Message) error {
-		ev, _, err := reg.DecodeMessage(msg)
+		ev, _, err := inbox.Decode(&reg, msg)
 		if err != nil {
 			return err
 		}
@@ -277,7 +277,7 @@ func testInboxConsumerBadInputToPoisonQueue(t *testing.T, dl testkit.Dialect) {
 		t.Fatal(err)
 	}
 	mk := func(typ, payload string) *message.Message {
-		return events.NewMessage(events.Envelope{ID: events.NewID(), Type: typ, Version: 1, OccurredAt: time.Now(), Payload: []byte(payload)})
+		return relay.NewMessage(events.Envelope{ID: events.NewID(), Type: typ, Version: 1, OccurredAt: time.Now(), Payload: []byte(payload)})
 	}
 	bad := []*message.Message{mk("paid", `{"Amount":"not a number"}`), mk("refunded", `{}`)}
 	for _, m := range append(bad, mk("paid", `{"Amount":5}`)) {
@@ -439,7 +439,7 @@ func testInboxProducedMessagesWithCopiedMetadata(t *testing.T, dl testkit.Dialec
 		}
 		return out, nil
 	})
-	msg := events.NewMessage(events.Envelope{ID: events.NewID(), Type: "order.paid", Version: 1, Payload: []byte(`{}`),
+	msg := relay.NewMessage(events.Envelope{ID: events.NewID(), Type: "order.paid", Version: 1, Payload: []byte(`{}`),
 		Metadata: events.Metadata{"correlation_id": "c-7"}})
 	msg.SetContext(context.Background())
 	if _, err := h(msg); err != nil {
