@@ -3,22 +3,20 @@ package outboxhook
 import (
 	"context"
 
-	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/telemetry"
 )
 
 // traceMetadata returns the W3C trace context (events.MetaTraceParent and
 // events.MetaTraceState) of the span ctx carries, or nil when it carries none:
 // with tracing off, an event costs one context lookup more.
 func traceMetadata(ctx context.Context) events.Metadata {
-	if !trace.SpanContextFromContext(ctx).IsValid() {
+	if !telemetry.HasSpan(ctx) {
 		return nil
 	}
-	c := propagation.MapCarrier{}
-	propagation.TraceContext{}.Inject(ctx, c)
-	return events.Metadata(c)
+	md := events.Metadata{}
+	telemetry.Inject(ctx, md)
+	return md
 }
 
 // contextMetadata is the metadata a statement run with ctx stores with its

@@ -7,6 +7,9 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/ident"
 )
@@ -115,6 +118,28 @@ type Config struct {
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+
+	// TracerProvider makes the producer spans the relay publishes each event
+	// in: "publish <topic>", kind producer, parented to the trace context of
+	// the request that saved the event (stored with it by the outbox hook), with
+	// the messaging attributes (system, destination, message id); the span is
+	// injected into the message (traceparent/tracestate) for the consumer.
+	// Defaults to the global provider (otel.GetTracerProvider), a no-op until
+	// the application installs an SDK.
+	TracerProvider trace.TracerProvider
+	// MeterProvider makes the relay's metrics (see Relay.Stats for the
+	// figures): herald.relay.published, herald.relay.failed, herald.relay.dead
+	// (counters), herald.relay.publish.duration (histogram, seconds), and the
+	// gauges herald.outbox.pending, herald.outbox.failing, herald.outbox.dead
+	// and herald.outbox.oldest_pending_age (seconds), all with a table
+	// attribute. Through OpenTelemetry's Prometheus exporter they read
+	// herald_relay_published_total, herald_outbox_pending, ... Defaults to the
+	// global provider (otel.GetMeterProvider), a no-op until the application
+	// installs an SDK.
+	MeterProvider metric.MeterProvider
+	// MessagingSystem is the messaging.system attribute of the relay's spans
+	// ("nats", "rabbitmq", "kafka", ...). Defaults to empty: left out.
+	MessagingSystem string
 }
 
 const (

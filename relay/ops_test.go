@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/heraldgo/herald/relay"
 )
@@ -43,43 +41,6 @@ func TestRetentionAndCleanup(t *testing.T) {
 	e.db.Raw(`SELECT count(*) FROM outbox_messages`).Scan(&kept)
 	if kept != 0 {
 		t.Fatalf("%d rows left", kept)
-	}
-}
-
-func TestPrometheusCollector(t *testing.T) {
-	e := newEnv(t)
-	e.write(3, 1)
-	gc := newGoChannel()
-	got := consume(t, gc, "account.deposited")
-	r, err := relay.New(e.db, gc, relay.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(r.Collector())
-	// Before the relay runs: 3 pending, an oldest age.
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP herald_outbox_pending Events not yet published and not dead.
-# TYPE herald_outbox_pending gauge
-herald_outbox_pending{table="outbox_messages"} 3
-`), "herald_outbox_pending"); err != nil {
-		t.Fatal(err)
-	}
-	e.run(r)
-	eventually(t, 10*time.Second, "3 events", func() bool { return got.distinct() == 3 })
-	eventually(t, 5*time.Second, "drained", func() bool { return e.pending() == 0 })
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP herald_outbox_pending Events not yet published and not dead.
-# TYPE herald_outbox_pending gauge
-herald_outbox_pending{table="outbox_messages"} 0
-# HELP herald_relay_published_total Events this relay published.
-# TYPE herald_relay_published_total counter
-herald_relay_published_total{table="outbox_messages"} 3
-`), "herald_outbox_pending", "herald_relay_published_total"); err != nil {
-		t.Fatal(err)
-	}
-	if n, err := testutil.GatherAndCount(reg, "herald_relay_publish_duration_seconds", "herald_outbox_oldest_pending_age_seconds", "herald_outbox_dead"); err != nil || n != 3 {
-		t.Fatalf("gathered %d series, %v", n, err)
 	}
 }
 

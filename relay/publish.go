@@ -10,9 +10,11 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/telemetry"
 )
 
 // Errors a publish can fail with, recorded in last_error.
@@ -126,8 +128,15 @@ func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msg
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(startBy), r.cfg.PublishTimeout)
 	defer cancel()
-	for _, m := range msgs {
-		m.SetContext(pctx)
+	// One producer span per event, parented to the trace context stored with it
+	// (the request that saved it), and injected into the message for the
+	// consumer.
+	spans := make([]trace.Span, len(msgs))
+	for i, m := range msgs {
+		sctx, span := telemetry.StartPublish(telemetry.Extract(pctx, m.Metadata), r.tracer, r.cfg.MessagingSystem, topic, m.UUID)
+		telemetry.Inject(sctx, m.Metadata)
+		m.SetContext(trace.ContextWithSpan(pctx, span))
+		spans[i] = span
 	}
 	done := make(chan error, 1)
 	start := time.Now()
@@ -147,6 +156,9 @@ func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msg
 	}
 	if err == nil {
 		ev.succeeded(start)
+	}
+	for _, span := range spans {
+		telemetry.End(span, err)
 	}
 	return result{err: err, end: time.Now()}
 }

@@ -8,16 +8,16 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/telemetry"
 )
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
@@ -27,11 +27,12 @@ type Relay struct {
 	db     *sql.DB
 	pub    message.Publisher
 	drv    store.Driver // the database's implementation
-	st     store.Relay  // the outbox table in it
+	tracer trace.Tracer
+	st     store.Relay // the outbox table in it
 	log    *slog.Logger
 	wake   chan struct{}
 	leases *leases // ordered mode only
-	m      metrics
+	m      *metrics
 	hooks  testHooks
 	health health // this instance's evidence of outages, for the outage recovery
 
@@ -64,15 +65,16 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	}
 	table := ident.MustTable(cfg.Table) // checked by Validate
 	r := &Relay{
-		cfg:   cfg,
-		table: table,
-		db:    sqlDB,
-		pub:   pub,
-		drv:   drv,
-		st:    drv.Relay(table),
-		log:   cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
-		wake:  make(chan struct{}, 1),
-		m:     newMetrics(cfg.Table),
+		cfg:    cfg,
+		table:  table,
+		db:     sqlDB,
+		pub:    pub,
+		drv:    drv,
+		st:     drv.Relay(table),
+		tracer: telemetry.Tracer(cfg.TracerProvider),
+		log:    cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
+		wake:   make(chan struct{}, 1),
+		m:      newMetrics(cfg.MeterProvider, cfg.Table),
 
 		failLog: newTopicLimiter(30*time.Second, maxLogTopics),
 		deadLog: newTopicLimiter(30*time.Second, maxLogTopics),
@@ -104,6 +106,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			f(ctx)
 		}()
 	}
+	defer r.observeOutbox()()
 	r.ensureSchema(ctx)
 	if !r.cfg.DisableListen && r.drv.Waker() != nil {
 		start(r.listen)
@@ -431,7 +434,7 @@ func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[st
 		return nil, err
 	}
 	out.failedAt = at
-	r.m.dead.Add(int64(len(dead)))
+	r.m.died(len(dead))
 	return dead, nil
 }
 
@@ -479,25 +482,4 @@ func (r *Relay) logFailures(out *outcome, dead map[string]bool) {
 type execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-}
-
-// metrics are the relay's counters, read by Stats and the Prometheus collector.
-type metrics struct {
-	published, failed, dead atomic.Int64
-	durations               prometheus.Histogram // of a batch's publishing
-}
-
-func newMetrics(table string) metrics {
-	return metrics{durations: prometheus.NewHistogram(prometheus.HistogramOpts{
-		Name:        "herald_relay_publish_duration_seconds",
-		Help:        "Time to publish one batch of events, from the first Publish call to the last return.",
-		ConstLabels: prometheus.Labels{"table": table},
-		Buckets:     prometheus.ExponentialBuckets(0.0005, 2, 16),
-	})}
-}
-
-func (m *metrics) record(o *outcome) {
-	m.published.Add(int64(len(o.ok)))
-	m.failed.Add(int64(len(o.failed)))
-	m.durations.Observe(o.took.Seconds())
 }

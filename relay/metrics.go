@@ -1,0 +1,109 @@
+package relay
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/heraldgo/herald/internal/telemetry"
+)
+
+// metrics are the relay's counters, read by Stats, and its OpenTelemetry
+// instruments (see Config.MeterProvider). With no SDK installed the
+// instruments are no-ops.
+type metrics struct {
+	published, failed, dead atomic.Int64 // since start, for Stats
+
+	meter                   metric.Meter
+	attrs                   metric.MeasurementOption // the table
+	pubC, failC, deadC      metric.Int64Counter
+	duration                metric.Float64Histogram
+	pending, failing, deadG metric.Int64ObservableGauge
+	oldest                  metric.Float64ObservableGauge
+}
+
+func newMetrics(mp metric.MeterProvider, table string) *metrics {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	m := &metrics{meter: mp.Meter(telemetry.ScopeName), attrs: metric.WithAttributes(attribute.String("table", table))}
+	// An instrument that cannot be made is left as a no-op: metrics never stop
+	// the relay (the errors are those of a misconfigured SDK).
+	m.pubC, _ = m.meter.Int64Counter("herald.relay.published", metric.WithUnit("{event}"),
+		metric.WithDescription("Events this relay published (Publish returned nil)."))
+	m.failC, _ = m.meter.Int64Counter("herald.relay.failed", metric.WithUnit("{attempt}"),
+		metric.WithDescription("Failed publish attempts of this relay."))
+	m.deadC, _ = m.meter.Int64Counter("herald.relay.dead", metric.WithUnit("{event}"),
+		metric.WithDescription("Events that went dead in this relay."))
+	m.duration, _ = m.meter.Float64Histogram("herald.relay.publish.duration", metric.WithUnit("s"),
+		metric.WithDescription("Time to publish one batch of events, from the first Publish call to the last return."),
+		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1, 2, 4, 8, 16))
+	m.pending, _ = m.meter.Int64ObservableGauge("herald.outbox.pending", metric.WithUnit("{event}"),
+		metric.WithDescription("Events not yet published and not dead."))
+	m.failing, _ = m.meter.Int64ObservableGauge("herald.outbox.failing", metric.WithUnit("{event}"),
+		metric.WithDescription("Pending events whose publish failed at least once."))
+	m.deadG, _ = m.meter.Int64ObservableGauge("herald.outbox.dead", metric.WithUnit("{event}"),
+		metric.WithDescription("Dead events, waiting to be requeued."))
+	m.oldest, _ = m.meter.Float64ObservableGauge("herald.outbox.oldest_pending_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest pending event."))
+	return m
+}
+
+// record counts a batch's outcome.
+func (m *metrics) record(o *outcome) {
+	m.published.Add(int64(len(o.ok)))
+	m.failed.Add(int64(len(o.failed)))
+	ctx := context.Background()
+	if m.pubC != nil && len(o.ok) > 0 {
+		m.pubC.Add(ctx, int64(len(o.ok)), m.attrs)
+	}
+	if m.failC != nil && len(o.failed) > 0 {
+		m.failC.Add(ctx, int64(len(o.failed)), m.attrs)
+	}
+	if m.duration != nil {
+		m.duration.Record(ctx, o.took.Seconds(), m.attrs)
+	}
+}
+
+// died counts events that went dead.
+func (m *metrics) died(n int) {
+	if n == 0 {
+		return
+	}
+	m.dead.Add(int64(n))
+	if m.deadC != nil {
+		m.deadC.Add(context.Background(), int64(n), m.attrs)
+	}
+}
+
+// observeOutbox registers the callback that reads the outbox gauges from the
+// database (Stats, with a 5 s timeout) at each collection, for the time Run
+// runs; the returned function unregisters it.
+func (r *Relay) observeOutbox() func() {
+	m := r.m
+	if m.pending == nil || m.failing == nil || m.deadG == nil || m.oldest == nil {
+		return func() {}
+	}
+	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		s, err := r.Stats(ctx)
+		if err != nil {
+			return err
+		}
+		o.ObserveInt64(m.pending, s.Pending, m.attrs)
+		o.ObserveInt64(m.failing, s.Failing, m.attrs)
+		o.ObserveInt64(m.deadG, s.Dead, m.attrs)
+		o.ObserveFloat64(m.oldest, s.OldestPending.Seconds(), m.attrs)
+		return nil
+	}, m.pending, m.failing, m.deadG, m.oldest)
+	if err != nil {
+		r.log.Warn("relay: cannot observe the outbox gauges", "err", err)
+		return func() {}
+	}
+	return func() { _ = reg.Unregister() }
+}
