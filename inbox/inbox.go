@@ -11,12 +11,15 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/telemetry"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
@@ -70,6 +73,19 @@ type Config struct {
 	DisableAutoCreate bool
 	// Logger receives the inbox's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// TracerProvider makes the consumer span each message is handled in:
+	// "process <topic>", kind consumer, parented to the producer span the
+	// message carries (traceparent/tracestate, injected by the relay), with the
+	// messaging attributes (system, destination, message id, consumer group =
+	// the consumer) and herald.duplicate. The handler's context (msg.Context(),
+	// and the transaction inbox.Tx returns) carries it, so the handler's own
+	// writes, and the events they record, continue the trace. Defaults to the
+	// global provider (otel.GetTracerProvider), a no-op until the application
+	// installs an SDK.
+	TracerProvider trace.TracerProvider
+	// MessagingSystem is the messaging.system attribute of the consumer spans
+	// ("nats", "rabbitmq", ...). Defaults to empty: left out.
+	MessagingSystem string
 }
 
 func (c *Config) setDefaults() {
@@ -118,12 +134,13 @@ func (c Config) Validate() error {
 
 // Inbox deduplicates messages for Watermill handlers in their own transactions.
 type Inbox struct {
-	db    *gorm.DB
-	cfg   Config
-	table ident.Table
-	store store.Inbox // the inbox table in the database's implementation
-	sqlDB *sql.DB
-	log   *slog.Logger
+	db     *gorm.DB
+	cfg    Config
+	table  ident.Table
+	store  store.Inbox // the inbox table in the database's implementation
+	tracer trace.Tracer
+	sqlDB  *sql.DB
+	log    *slog.Logger
 }
 
 // New checks cfg, creates the inbox table when missing (unless
@@ -142,6 +159,7 @@ func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	in.store = drv.Inbox(in.table)
+	in.tracer = telemetry.Tracer(cfg.TracerProvider)
 	if in.sqlDB, err = db.DB(); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
@@ -193,7 +211,13 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		}
 		outer := msg.Context()
 		defer msg.SetContext(outer)
-		err = in.db.WithContext(outer).Transaction(func(tx *gorm.DB) error {
+		// The handler runs in a consumer span parented to the producer span the
+		// message carries; its writes (and the events they record) are in it.
+		sctx, span := telemetry.StartProcess(telemetry.Extract(outer, msg.Metadata), in.tracer, in.cfg.MessagingSystem,
+			message.SubscribeTopicFromCtx(outer), id, consumer)
+		duplicate := false
+		defer func() { span.SetAttributes(attribute.Bool("herald.duplicate", duplicate)); telemetry.End(span, err) }()
+		err = in.db.WithContext(sctx).Transaction(func(tx *gorm.DB) error {
 			fresh, err := in.store.Insert(tx.Statement.Context, tx.Statement.ConnPool, consumer, id)
 			if err != nil {
 				return fmt.Errorf("inbox: record %s for %s: %w", id, consumer, err)
@@ -201,7 +225,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			if !fresh {
 				return errDuplicate
 			}
-			msg.SetContext(context.WithValue(outer, txKey{}, tx))
+			msg.SetContext(context.WithValue(sctx, txKey{}, tx))
 			produced, err := call(h, msg)
 			if err != nil {
 				return err
@@ -212,7 +236,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			return nil
 		})
 		if errors.Is(err, errDuplicate) {
-			return nil, nil
+			duplicate, err = true, nil
 		}
 		return nil, err
 	}
