@@ -43,7 +43,7 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 			p.abort(tx, err)
 			return err
 		}
-		env := events.Envelope{ID: rec.ID, Type: enc.typ, Version: enc.version, OccurredAt: rec.OccurredAt}
+		env := events.Envelope{ID: rec.ID, Type: enc.typ, Version: enc.version, OccurredAt: rec.OccurredAt, Metadata: enc.md}
 		env.Topic = p.cfg.Topic(&env)
 		b.add(env, enc)
 	}

@@ -38,7 +38,8 @@ func stateOf(db *gorm.DB) *chainState {
 
 type encodedEvent struct {
 	payload  []byte
-	metadata []byte
+	metadata []byte          // md, encoded
+	md       events.Metadata // the event's metadata, as stored
 	version  int
 	typ      string
 }
@@ -172,7 +173,7 @@ func (p *Plugin) write(db *gorm.DB) {
 			env := events.Envelope{
 				ID: e.Record.ID, Type: enc.typ, Version: enc.version,
 				AggregateType: aggType, AggregateID: aggID,
-				OccurredAt: e.Record.OccurredAt,
+				OccurredAt: e.Record.OccurredAt, Metadata: enc.md,
 			}
 			env.Topic = p.cfg.Topic(&env)
 			b.add(env, enc)

@@ -23,6 +23,18 @@ type Config struct {
 	// envelope with every field but Topic set. Defaults to [DefaultTopic], the
 	// event type ("order.paid").
 	Topic func(env *events.Envelope) string
+	// EventMetadata, when set, returns metadata to store with each event,
+	// computed from the event itself: over the context's metadata
+	// (events.WithMetadata, the trace context), under the metadata given at
+	// record time. For consumers written for Watermill's CQRS component with
+	// its default cqrs.JSONMarshaler, which routes by the "name" metadata key:
+	//
+	//	EventMetadata: func(e events.Event) events.Metadata {
+	//		return events.Metadata{"name": cqrs.JSONMarshaler{}.Name(e)}
+	//	}
+	//
+	// Defaults to nil: none.
+	EventMetadata func(e events.Event) events.Metadata
 	// Codec encodes payloads; it must produce JSON (the column is jsonb).
 	// Defaults to events.JSON.
 	Codec events.Codec

@@ -28,12 +28,16 @@ func (p *Plugin) encode(rec events.Record, ctxMD events.Metadata) (encodedEvent,
 			ErrPayloadTooLarge, rec.ID, typ, len(payload), p.cfg.MaxPayloadBytes)
 	}
 	md := []byte("{}")
-	if merged := ctxMD.Merge(rec.Metadata); len(merged) > 0 {
+	if p.cfg.EventMetadata != nil {
+		ctxMD = ctxMD.Merge(p.cfg.EventMetadata(rec.Event))
+	}
+	merged := ctxMD.Merge(rec.Metadata)
+	if len(merged) > 0 {
 		if md, err = json.Marshal(merged); err != nil {
 			return encodedEvent{}, fmt.Errorf("%w %s (%s) metadata: %w", ErrEncode, rec.ID, typ, err)
 		}
 	}
-	return encodedEvent{payload: payload, metadata: md, version: events.VersionOf(rec.Event), typ: typ}, nil
+	return encodedEvent{payload: payload, metadata: md, md: merged, version: events.VersionOf(rec.Event), typ: typ}, nil
 }
 
 // batch is the events one statement inserts.
