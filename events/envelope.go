@@ -89,7 +89,7 @@ func EventID(msgUUID string, md map[string]string) (uuid.UUID, error) {
 	}
 	id, err := uuid.Parse(raw)
 	if err != nil {
-		return uuid.Nil, fmt.Errorf("%w: event id %q: %v", ErrMalformedMessage, raw, err)
+		return uuid.Nil, fmt.Errorf("%w: event id %q: %w", ErrMalformedMessage, raw, err)
 	}
 	return id, nil
 }

@@ -4,7 +4,7 @@
 //
 //	in, err := inbox.New(db, inbox.Config{})
 //	router.AddMiddleware(in.Middleware)
-//	router.AddNoPublisherHandler("ship-order", "orders", sub, func(msg *message.Message) error {
+//	router.AddConsumerHandler("ship-order", "orders", sub, func(msg *message.Message) error {
 //		tx := inbox.Tx(msg.Context()) // the transaction the inbox opened
 //		return tx.Create(&Shipment{OrderID: ...}).Error
 //	})

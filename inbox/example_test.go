@@ -41,7 +41,7 @@ func Example() {
 	}
 	router.AddMiddleware(in.Middleware)
 	handled := make(chan string, 10)
-	router.AddNoPublisherHandler("ship-order", "orders", pubSub, func(msg *message.Message) error {
+	router.AddConsumerHandler("ship-order", "orders", pubSub, func(msg *message.Message) error {
 		tx := inbox.Tx(msg.Context()) // the inbox's transaction
 		handled <- msg.UUID
 		return tx.Create(&Shipment{OrderID: string(msg.Payload)}).Error

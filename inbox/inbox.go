@@ -115,10 +115,10 @@ func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	if _, err := ident.ParseTable(c.Table); err != nil {
-		errs = append(errs, fmt.Errorf("Table: %w", err))
+		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
 	if c.Retention < 0 || c.CleanupInterval < 0 || c.CleanupBatch < 0 {
-		errs = append(errs, errors.New("Retention, CleanupInterval and CleanupBatch must not be negative"))
+		errs = append(errs, errors.New("negative Retention, CleanupInterval or CleanupBatch"))
 	}
 	if c.InvalidID != Nack && c.InvalidID != AckAndLog {
 		errs = append(errs, fmt.Errorf("InvalidID %d is not Nack or AckAndLog", c.InvalidID))
@@ -257,7 +257,7 @@ func call(h message.HandlerFunc, msg *message.Message) (out []*message.Message, 
 func messageID(msg *message.Message) (string, error) {
 	if raw := msg.Metadata.Get(events.MetaID); raw != "" {
 		if _, err := uuid.Parse(raw); err != nil {
-			return "", fmt.Errorf("%w: %s %q: %v", ErrMalformedID, events.MetaID, raw, err)
+			return "", fmt.Errorf("%w: %s %q: %w", ErrMalformedID, events.MetaID, raw, err)
 		}
 		return raw, nil
 	}

@@ -83,7 +83,7 @@ func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	if _, err := ident.ParseTable(c.Table); err != nil {
-		errs = append(errs, fmt.Errorf("Table: %w", err))
+		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
 	if c.MaxPayloadBytes < 0 {
 		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, must be positive", c.MaxPayloadBytes))

@@ -204,10 +204,10 @@ func (c Config) Validate() error {
 		}
 	}
 	if _, err := ident.ParseTable(c.Table); err != nil {
-		errs = append(errs, fmt.Errorf("Table: %w", err))
+		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
 	if _, err := ident.ParseName(c.Channel); err != nil {
-		errs = append(errs, fmt.Errorf("Channel: %w", err))
+		errs = append(errs, fmt.Errorf("invalid Channel: %w", err))
 	}
 	check(c.BatchSize > 0, "BatchSize is %d, must be positive", c.BatchSize)
 	check(c.PollInterval > 0, "PollInterval is %v, must be positive", c.PollInterval)

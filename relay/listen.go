@@ -24,7 +24,7 @@ func (r *Relay) listen(ctx context.Context) {
 		retry(ctx, r.log, "listen for wake-ups", func(ctx context.Context) error {
 			err := w.Listen(ctx, r.db, r.cfg.Channel, r.Wake)
 			if ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // cancelled: the listen's error is the cancellation; stop retrying
 			}
 			return err
 		})

@@ -56,12 +56,12 @@ func toRows(claimed []store.Claimed) []*row {
 func toMessage(r *row) (*message.Message, error) {
 	id, err := uuid.Parse(r.id)
 	if err != nil {
-		return nil, fmt.Errorf("%w: id %q: %v", ErrUndecodable, r.id, err)
+		return nil, fmt.Errorf("%w: id %q: %w", ErrUndecodable, r.id, err)
 	}
 	var md events.Metadata
 	if len(r.metadata) > 0 {
 		if err := json.Unmarshal(r.metadata, &md); err != nil {
-			return nil, fmt.Errorf("%w: metadata of %s: %v", ErrUndecodable, r.id, err)
+			return nil, fmt.Errorf("%w: metadata of %s: %w", ErrUndecodable, r.id, err)
 		}
 	}
 	return NewMessage(events.Envelope{
@@ -258,7 +258,7 @@ func (r *Relay) publishUnordered(startBy context.Context, rows []*row) *outcome 
 		}
 	}
 	for i, rr := range r.publishSet(startBy, &out.ev, ok) {
-		if rr.err != errNotTried {
+		if !errors.Is(rr.err, errNotTried) {
 			out.add(ok[i], rr)
 		}
 	}
@@ -293,7 +293,7 @@ func (r *Relay) publishOrdered(startBy context.Context, units [][]*row, out *out
 			if rr.err != nil {
 				stopped[owner[j]] = true
 			}
-			if rr.err != errNotTried {
+			if !errors.Is(rr.err, errNotTried) {
 				out.add(rows[j], rr)
 			}
 		}

@@ -406,7 +406,7 @@ func closeGORM(db *gorm.DB) {
 func openPostgres(ctx context.Context, dbURL, schema string, cfg *gorm.Config) (*gorm.DB, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL is not a URL: %v", err)
+		return nil, fmt.Errorf("DATABASE_URL is not a URL: %w", err)
 	}
 	admin, err := sql.Open("pgx", dbURL)
 	if err != nil {
@@ -442,7 +442,7 @@ func openPostgres(ctx context.Context, dbURL, schema string, cfg *gorm.Config) (
 func openMySQL(ctx context.Context, dbURL, name string, cfg *gorm.Config) (*gorm.DB, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL is not a URL: %v", err)
+		return nil, fmt.Errorf("DATABASE_URL is not a URL: %w", err)
 	}
 	host := u.Host
 	if u.Port() == "" {

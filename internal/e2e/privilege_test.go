@@ -131,7 +131,7 @@ func leastPrivilege(t *testing.T, relayMigration bool) {
 		t.Fatal(err)
 	}
 	router.AddMiddleware(in.Middleware)
-	router.AddNoPublisherHandler("effects", "order.paid", gc, func(msg *message.Message) error {
+	router.AddConsumerHandler("effects", "order.paid", gc, func(msg *message.Message) error {
 		return inbox.Tx(msg.Context()).Exec(`INSERT INTO effects VALUES (?)`, msg.UUID).Error
 	})
 	go func() { _ = router.Run(ctx) }()

@@ -141,12 +141,12 @@ func deleteQueues(names ...string) {
 	if err != nil {
 		return
 	}
-	defer conn.Close()
+	defer func() { _ = conn.Close() }()
 	ch, err := conn.Channel()
 	if err != nil {
 		return
 	}
-	defer ch.Close()
+	defer func() { _ = ch.Close() }()
 	for _, n := range names {
 		_, _ = ch.QueueDelete(n, false, false, false)
 	}

@@ -98,7 +98,7 @@ func TestOneTraceFromRequestToConsumer(t *testing.T) {
 			for _, s := range []sdktrace.ReadOnlySpan{publish, process} {
 				got := map[string]string{}
 				for _, kv := range s.Attributes() {
-					got[string(kv.Key)] = kv.Value.Emit()
+					got[string(kv.Key)] = kv.Value.String()
 				}
 				for k, v := range want {
 					if got[k] != v {
