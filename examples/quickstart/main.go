@@ -1,0 +1,176 @@
+// Command quickstart is the README's code, whole: every Go block of the README
+// is a region of this file (between "README:" markers), and a test checks that
+// they stay the same. It runs on an SQLite file in a temporary directory, with
+// Watermill's GoChannel, and needs no server.
+//
+//	go run ./examples/quickstart
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+	_ "modernc.org/sqlite"
+
+	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// README:model
+type Order struct {
+	ID             string `gorm:"primaryKey"`
+	Status         string
+	aggregate.Root // records events; maps no column
+}
+
+type OrderPaid struct {
+	OrderID string `json:"order_id"`
+	Amount  int    `json:"amount"`
+}
+
+func (OrderPaid) EventType() string { return "order.paid" }
+
+func (o *Order) Pay(amount int) {
+	o.Status = "paid"
+	o.Record(OrderPaid{OrderID: o.ID, Amount: amount}) // id: a UUIDv7, taken now
+}
+
+// README:end
+
+type UserSignedUp struct {
+	Email string `json:"email"`
+}
+
+func (UserSignedUp) EventType() string { return "user.signed_up" }
+
+type Shipment struct {
+	OrderID string `gorm:"primaryKey"`
+}
+
+func main() {
+	if err := run(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run(ctx context.Context) error {
+	dir, err := os.MkdirTemp("", "herald-quickstart-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir) //nolint:errcheck // a temporary directory
+	dsn := "file:" + filepath.Join(dir, "app.db") + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+	db, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return err
+	}
+	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
+	var publisher message.Publisher = pubSub
+	var subscriber message.Subscriber = pubSub
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	// README:setup
+	r, err := relay.New(db, publisher, relay.Config{}) // any Watermill message.Publisher
+	if err != nil {
+		return err
+	}
+	err = db.Use(outboxhook.New(outboxhook.Config{
+		Notify: r.Wake, // wake the relay after each commit (in this process)
+		// One topic per event type, without dots (a NATS JetStream stream name
+		// cannot contain one): "order.paid" is published to "order_paid".
+		Topic: func(env *events.Envelope) string { return strings.ReplaceAll(env.Type, ".", "_") },
+	}))
+	if err != nil {
+		return err // bad config, or the outbox table could not be created
+	}
+	go r.Run(ctx) //nolint:errcheck // Run returns nil when ctx is cancelled
+	// README:end
+
+	if err := db.AutoMigrate(&Order{}, &Shipment{}); err != nil {
+		return err
+	}
+	shipped := make(chan string, 1)
+	if err := consume(ctx, db, subscriber, shipped); err != nil {
+		return err
+	}
+
+	order := Order{ID: uuid.NewString(), Status: "placed"}
+	if err := db.Create(&order).Error; err != nil {
+		return err
+	}
+	// README:save
+	order.Pay(1500)
+	if err := db.Save(&order).Error; err != nil { // &order: a copy's events could not be marked written
+		return err // the UPDATE and the outbox row commit together, or neither
+	}
+	// README:end
+
+	// README:add
+	// Events with no aggregate, in a transaction of your own:
+	err = db.Transaction(func(tx *gorm.DB) error {
+		return outboxhook.Add(tx, UserSignedUp{Email: "ada@example.com"})
+	})
+	// README:end
+	if err != nil {
+		return err
+	}
+
+	select {
+	case id := <-shipped:
+		fmt.Println("shipped order", id == order.ID)
+	case <-time.After(10 * time.Second):
+		return fmt.Errorf("the event was not consumed in time")
+	}
+	return nil
+}
+
+// consume runs the shipping consumer: behind the inbox, it ships each paid
+// order once.
+func consume(ctx context.Context, db *gorm.DB, subscriber message.Subscriber, shipped chan<- string) error {
+	// README:consume
+	var reg events.Registry
+	reg.MustRegister(OrderPaid{})
+	in, err := inbox.New(db, inbox.Config{RetryHorizon: relay.Config{}.RetryHorizon()})
+	if err != nil {
+		return err
+	}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(in.Middleware) // each message's effects once, in its own transaction
+	router.AddConsumerHandler("ship-order", "order_paid", subscriber, func(msg *message.Message) error {
+		e, _, err := inbox.Decode(&reg, msg)
+		if err != nil {
+			return err
+		}
+		paid := e.(OrderPaid)
+		tx := inbox.Tx(msg.Context()) // the transaction the inbox opened
+		if err := tx.Create(&Shipment{OrderID: paid.OrderID}).Error; err != nil {
+			return err
+		}
+		shipped <- paid.OrderID
+		return nil
+	})
+	go router.Run(ctx) //nolint:errcheck // returns when ctx is cancelled
+	go in.Run(ctx)     //nolint:errcheck // deletes processed ids after Retention
+	// README:end
+	<-router.Running()
+	return nil
+}
