@@ -120,6 +120,7 @@ func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) str
 // it is created (a role without DDL rights then works once it exists).
 type Object struct {
 	SQL   string
+	After []string    // statements that fill what SQL created (seed rows), run right after it
 	Name  ident.Table // the table or index it creates
 	Index bool        // an index: it only makes things faster
 }
@@ -137,7 +138,12 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 	for _, s := range stmts {
 		m := created.FindStringSubmatch(s)
 		if m == nil {
-			return nil, fmt.Errorf("%s: not a CREATE TABLE or CREATE INDEX: %.40s", file, s)
+			if len(out) == 0 {
+				return nil, fmt.Errorf("%s: a statement before any CREATE TABLE or CREATE INDEX: %.40s", file, s)
+			}
+			last := &out[len(out)-1]
+			last.After = append(last.After, Render(s, def, t, quote))
+			continue
 		}
 		name := strings.Trim(m[4], "\"`")
 		o := Object{SQL: Render(s, def, t, quote), Index: strings.EqualFold(m[2], "INDEX")}

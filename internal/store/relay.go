@@ -152,6 +152,11 @@ func CreateRelayObjects(ctx context.Context, x Execer, objs []Object, ordered, r
 			}
 			return err
 		}
+		for _, q := range o.After {
+			if _, err := x.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

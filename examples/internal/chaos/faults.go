@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/examples/internal/brokertest"
+	"github.com/heraldgo/herald/relay"
 )
 
 // refusals are the windows in which the relays refuse the last topic. The
@@ -87,12 +87,12 @@ func announce(file string, start, end time.Time) error {
 // others, and the schedule of poisoned events. An outage and a refusal window
 // never overlap (mu).
 type faults struct {
-	db     *gorm.DB
-	admin  *sql.DB
-	schema string
-	srv    *brokertest.NATSServer
-	led    *ledger
-	env    env
+	db  *gorm.DB     // the writers'
+	q   *gorm.DB     // the ledger's reads
+	mon *relay.Relay // never run: its Stats
+	srv *brokertest.NATSServer
+	led *ledger
+	env env
 
 	outageLen, refuseFor time.Duration
 	burstAccounts        int
@@ -106,7 +106,15 @@ type faults struct {
 	// refusedWaiting sums, over the refusal windows, the events of the
 	// refused topic waiting for a retry at the window's end.
 	refusedWaiting atomic.Int64
-	burstStats     []string // per outage: the burst's messages streamed and events unmarked at the stop
+	burstStats     []string  // per outage: the burst's messages streamed and events unmarked at the stop
+	outageAt       time.Time // when the first outage's burst began
+}
+
+// firstOutage is when the first outage's burst began (zero: none yet).
+func (f *faults) firstOutage() time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.outageAt
 }
 
 // outage writes a burst of events, waits until the relays are publishing it,
@@ -121,14 +129,19 @@ func (f *faults) outage() {
 		defer nc.Close()
 	}
 	before := f.streamed(nc)
+	if f.outageAt.IsZero() {
+		f.outageAt = time.Now()
+	}
 	ids, err := f.burst()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: burst:", err)
 	}
 	f.awaitPublishing(nc, before+int64(len(ids)/3))
 	var unmarked int64
-	_ = f.admin.QueryRow(`SELECT count(*) FROM `+f.schema+`.outbox_messages WHERE id::text = ANY($1)
-		AND processed_at IS NULL AND dead_at IS NULL`, ids).Scan(&unmarked)
+	if len(ids) > 0 {
+		_ = f.q.Raw(`SELECT count(*) FROM outbox_messages WHERE id IN ?
+			AND processed_at IS NULL AND dead_at IS NULL`, ids).Row().Scan(&unmarked)
+	}
 	streamed := f.streamed(nc) - before
 	f.srv.Stop()
 	stat := fmt.Sprintf("%d streamed, %d of %d unmarked", streamed, unmarked, len(ids))
@@ -136,8 +149,8 @@ func (f *faults) outage() {
 	fmt.Fprintf(os.Stderr, "chaos: broker down for %v; burst: %s\n", f.outageLen, stat)
 	time.Sleep(f.outageLen)
 	var failing, maxAttempts int64
-	_ = f.admin.QueryRow(`SELECT count(*), coalesce(max(attempts), 0) FROM `+f.schema+`.outbox_messages
-		WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0`).Scan(&failing, &maxAttempts)
+	_ = f.q.Raw(`SELECT count(*), coalesce(max(attempts), 0) FROM outbox_messages
+		WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0`).Row().Scan(&failing, &maxAttempts)
 	fmt.Fprintf(os.Stderr, "chaos: broker back; %d events wait for a retry, with up to %d failed attempts\n", failing, maxAttempts)
 	if err := f.srv.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: broker restart:", err)
@@ -221,8 +234,8 @@ func (f *faults) refuse() error {
 	f.slow.Store(true)
 	time.Sleep(f.refuseFor)
 	var waiting int64
-	_ = f.admin.QueryRow(`SELECT count(*) FROM `+f.schema+`.outbox_messages WHERE topic = $1
-		AND processed_at IS NULL AND dead_at IS NULL AND last_error = $2`, f.env.topics[len(f.env.topics)-1], errRefused.Error()).Scan(&waiting)
+	_ = f.q.Raw(`SELECT count(*) FROM outbox_messages WHERE topic = ?
+		AND processed_at IS NULL AND dead_at IS NULL AND last_error = ?`, f.env.topics[len(f.env.topics)-1], errRefused.Error()).Row().Scan(&waiting)
 	f.slow.Store(false)
 	f.refusalsN.Add(1)
 	f.refusedWaiting.Add(waiting)

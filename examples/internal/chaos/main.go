@@ -7,12 +7,32 @@
 // broker for 10s or more, each time right after a burst of events, while the
 // relays' batches are in flight; now and then refuses the second topic for a
 // while (shorter than half the relays' retry horizon) while the first carries
-// light traffic; terminates every PostgreSQL backend of the relays and
-// consumers once; and the relays crash on their own now and then right after
-// the broker acknowledged a publish, before marking it. The relays retry with
-// short backoffs and a small MaxAttempts, so that wrong deaths would show.
-// With -poison N the writers also commit N events the relays' publisher
-// always refuses.
+// light traffic; cuts every database session of the relays and consumers
+// once; and the relays crash on their own now and then right after the broker
+// acknowledged a publish, before marking it. The relays retry with short
+// backoffs and a small MaxAttempts, so that wrong deaths would show. With
+// -poison N the writers also commit N events the relays' publisher always
+// refuses.
+//
+// -db picks the database, a database of the run's own, dropped at the end:
+//
+//   - postgres (the default): a schema on HERALD_TEST_DATABASE_URL or
+//     DATABASE_URL (by default the local server); the writers' commits wake
+//     the relays through a Notifier (LISTEN/NOTIFY); the session fault is
+//     pg_terminate_backend of the relays' and consumers' backends (found by
+//     application_name).
+//   - sqlite: one file in a temporary directory, in WAL mode, shared by the
+//     writers' process and the relays' and consumers' processes; each
+//     process's pool has one connection (one writer at a time). There is no
+//     LISTEN/NOTIFY: the relays poll (-poll). There is no server, so no
+//     sessions to cut: the table says so.
+//   - mysql (MariaDB too): a database on HERALD_TEST_MYSQL_DSN (by default
+//     root on 127.0.0.1:3306), and a user of its own for the relays and
+//     consumers; the relays poll; the session fault is KILL CONNECTION of
+//     that user's sessions on that database (the processlist).
+//
+// A server's URL (postgres://..., mysql://user:pass@host:port) may stand for
+// the name.
 //
 // At the end it checks every committed event's effect happened exactly once
 // (the poisoned excepted), no event of a rolled-back transaction was ever
@@ -20,9 +40,10 @@
 // are exactly the poisoned ones (none without -poison), and the outbox drained
 // within 30s; it prints a table and exits 1 on any violation.
 //
-//	go run ./internal/chaos                      # the full run: 90s of faults
-//	go run ./internal/chaos -duration 30s -outages 1 -kill-every 3s   # CI's short run
-//	go run ./internal/chaos -poison 5            # and 5 events that must die
+//	go run ./examples/internal/chaos                      # the full run: 90s of faults
+//	go run ./examples/internal/chaos -duration 30s -outages 1 -kill-every 3s   # CI's short run
+//	go run ./examples/internal/chaos -poison 5            # and 5 events that must die
+//	go run ./examples/internal/chaos -db sqlite           # on SQLite (or -db mysql)
 package main
 
 import (

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,9 +25,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/examples/internal/brokertest"
-	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
@@ -36,7 +36,7 @@ import (
 // every event of a rolled-back one, and which events were poisoned.
 type ledger struct {
 	mu            sync.Mutex
-	committed     map[string]struct{}
+	committed     map[string]time.Time // when its transaction returned
 	rolledBack    map[string]struct{}
 	poisoned      map[string]struct{} // committed, and refused by the relays' publisher for ever
 	poisonUnknown map[string]struct{} // poisoned, in a transaction whose outcome is unknown
@@ -44,7 +44,7 @@ type ledger struct {
 }
 
 func newLedger() *ledger {
-	return &ledger{committed: map[string]struct{}{}, rolledBack: map[string]struct{}{},
+	return &ledger{committed: map[string]time.Time{}, rolledBack: map[string]struct{}{},
 		poisoned: map[string]struct{}{}, poisonUnknown: map[string]struct{}{}}
 }
 
@@ -60,7 +60,10 @@ func (l *ledger) record(ids []string, err error, poison bool) bool {
 	}
 	switch {
 	case err == nil:
-		add(l.committed)
+		now := time.Now()
+		for _, id := range ids {
+			l.committed[id] = now
+		}
 		if poison {
 			add(l.poisoned)
 		}
@@ -102,13 +105,18 @@ func (c *child) kill() bool {
 type options struct {
 	dur, killEvery, outageLen, refuseFor, refuseEvery time.Duration
 	outages, writers, accounts, crashOneIn, poison    int
+	writeRate                                         int // the writers' transactions per second, together (0: no limit)
 	burstAccounts, burstEvents                        int
 	relay                                             relaySettings
+	db, dbServer                                      string        // the database's kind, and its server (empty: the default)
+	poll                                              time.Duration // the relays' PollInterval
 }
 
 func parseOptions(args []string) (options, error) {
 	var o options
 	fs := flag.NewFlagSet("chaos", flag.ExitOnError)
+	dbFlag := fs.String("db", postgresDB, "the database: postgres, sqlite or mysql (MariaDB too), or a postgres:// or mysql://user:pass@host:port URL of a server on which the run makes a database of its own")
+	fs.DurationVar(&o.poll, "poll", 0, "the relays' PollInterval (default: 200ms on postgres, where LISTEN/NOTIFY wakes them; 100ms on sqlite and mysql, where polling is all they have)")
 	fs.DurationVar(&o.dur, "duration", 90*time.Second, "how long writers write and faults fly")
 	fs.DurationVar(&o.killEvery, "kill-every", 2*time.Second, "SIGKILL a random relay or consumer this often")
 	fs.IntVar(&o.outages, "outages", 2, "broker outages (each at least -outage), each begun under a burst of events")
@@ -118,6 +126,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.refuseFor, "refuse-for", 0, "length of a window in which the relays refuse the second topic, with light traffic on the first (default: 40% of the relays' retry horizon)")
 	fs.DurationVar(&o.refuseEvery, "refuse-every", 5*time.Second, "about how often a refusal window comes (0: none)")
 	fs.IntVar(&o.writers, "writers", 8, "writer goroutines")
+	fs.IntVar(&o.writeRate, "write-rate", -1, "the writers' transactions per second, all together; 0: as fast as they go (default: 0, but 400 on sqlite, where the consumers need the one write lock as often as the writers)")
 	fs.IntVar(&o.accounts, "accounts", 400, "aggregates")
 	fs.IntVar(&o.crashOneIn, "crash-one-in", 400, "a relay kills itself after one successful Publish call in this many")
 	fs.IntVar(&o.poison, "poison", 0, "events the relays' publisher always refuses: exactly these must end dead")
@@ -128,6 +137,16 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.relay.lease, "lease", 3*time.Second, "the relays' LeaseDuration (at least 3 PublishTimeouts): it bounds a batch, and so how often a relay retries during an outage")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	var err error
+	if o.db, o.dbServer, err = parseDB(*dbFlag); err != nil {
+		return o, err
+	}
+	if o.poll == 0 {
+		o.poll = dialects[o.db].poll
+	}
+	if o.writeRate < 0 {
+		o.writeRate = dialects[o.db].writeRate
 	}
 	if err := o.relay.config().Validate(); err != nil {
 		return o, err
@@ -156,7 +175,7 @@ func orchestrate(args []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }()
 	if err := os.MkdirAll(filepath.Join(tmp, "nats"), 0o700); err != nil {
 		return false, err
 	}
@@ -168,20 +187,28 @@ func orchestrate(args []string) (bool, error) {
 		return false, err
 	}
 	defer srv.Stop()
-	admin, err := sql.Open("pgx", pgtest.DSN())
+	dbase, err := setup(o.db, o.dbServer, tmp)
 	if err != nil {
 		return false, err
 	}
-	defer admin.Close()
-	schema := pgtest.Name("herald_chaos_")
-	if _, err := admin.Exec(`CREATE SCHEMA ` + schema); err != nil {
-		return false, fmt.Errorf("cannot reach PostgreSQL at %s: %w", pgtest.DSN(), err)
-	}
-	defer admin.Exec(`DROP SCHEMA ` + schema + ` CASCADE`) //nolint:errcheck
-	e := env{dsn: pgtest.WithSearchPath(pgtest.DSN(), schema), nats: srv.URL(),
+	defer dbase.drop()
+	dl := dbase.dialect()
+	e := env{kind: dbase.kind, dsn: dbase.childDSN, nats: srv.URL(), poll: o.poll,
 		topics: []string{"chaos_events", "chaos_events_b"}, refuseFile: filepath.Join(tmp, "refusals"), relay: o.relay}
 
-	db, err := openDB(e.dsn, "chaos_writer")
+	db, err := openDB(dbase.kind, dbase.dsn, "chaos_writer")
+	if err != nil {
+		return false, err
+	}
+	defer closeDB(db)
+	// The ledger's own handle (no hook), and a relay that is never run, for
+	// its Stats and Dead.
+	q, err := openDB(dbase.kind, dbase.dsn, "chaos_ledger")
+	if err != nil {
+		return false, err
+	}
+	defer closeDB(q)
+	mon, err := relay.New(q, nopPublisher{}, relay.Config{Logger: quiet()})
 	if err != nil {
 		return false, err
 	}
@@ -192,14 +219,20 @@ func orchestrate(args []string) (bool, error) {
 		id, _ := uuid.Parse(env.AggregateID)
 		return e.topics[int(id[15])%len(e.topics)]
 	}
-	notifier, err := relay.NewNotifier(db, relay.NotifierConfig{Channel: "chaos"})
-	if err != nil {
+	// PostgreSQL wakes the relays in their processes with a NOTIFY; the
+	// other databases cannot (relay.ErrNoNotify), and their relays poll.
+	var notifier *relay.Notifier
+	hcfg := outboxhook.Config{Topic: topic}
+	switch notifier, err = relay.NewNotifier(db, relay.NotifierConfig{Channel: "chaos"}); {
+	case err == nil:
+		hcfg.Notify = notifier.Notify
+	case !errors.Is(err, relay.ErrNoNotify):
 		return false, err
 	}
-	if err := db.Use(outboxhook.New(outboxhook.Config{Topic: topic, Notify: notifier.Notify})); err != nil {
+	if err := db.Use(outboxhook.New(hcfg)); err != nil {
 		return false, err
 	}
-	if err := db.AutoMigrate(&Account{}, &Effect{}); err != nil {
+	if err := migrateModels(ctx, db, dl); err != nil {
 		return false, err
 	}
 	// The relays' tables (ordered mode), before three relays race to make them.
@@ -237,7 +270,9 @@ func orchestrate(args []string) (bool, error) {
 		}
 		bg.Go(func() { obs.run(msgs) })
 	}
-	bg.Go(func() { _ = notifier.Run(runCtx) })
+	if notifier != nil {
+		bg.Go(func() { _ = notifier.Run(runCtx) })
+	}
 
 	// Children, each restarted by its supervisor.
 	var (
@@ -290,7 +325,7 @@ func orchestrate(args []string) (bool, error) {
 	}()
 
 	led := newLedger()
-	f := &faults{db: db, admin: admin, schema: schema, srv: srv, led: led, env: e,
+	f := &faults{db: db, q: q, mon: mon, srv: srv, led: led, env: e,
 		outageLen: o.outageLen, refuseFor: o.refuseFor, burstAccounts: o.burstAccounts, burstEvents: o.burstEvents}
 
 	// Writers.
@@ -299,7 +334,7 @@ func orchestrate(args []string) (bool, error) {
 	var ww sync.WaitGroup
 	for w := range o.writers {
 		mine := accs[w*len(accs)/o.writers : (w+1)*len(accs)/o.writers]
-		ww.Go(func() { writer(writeCtx, db, mine, led, f) })
+		ww.Go(func() { writer(writeCtx, db, mine, led, f, o.writeRate, o.writers) })
 	}
 
 	// Faults.
@@ -330,11 +365,12 @@ func orchestrate(args []string) (bool, error) {
 					kills.Add(1)
 				}
 			}
-			if !terminatedOnce && elapsed > o.dur*2/5 {
+			if !terminatedOnce && elapsed > o.dur*2/5 && dbase.cut != nil {
 				terminatedOnce = true
-				var n int64
-				_ = admin.QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-					WHERE application_name LIKE 'chaos_relay_%' OR application_name LIKE 'chaos_consumer_%'`).Scan(&n)
+				n, err := dbase.cut()
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "chaos: cut the sessions:", err)
+				}
 				terminated.Store(n)
 			}
 			if nextOutage < o.outages && elapsed > o.dur*time.Duration(nextOutage+1)/time.Duration(o.outages+2) &&
@@ -354,10 +390,9 @@ func orchestrate(args []string) (bool, error) {
 				return
 			case <-t.C:
 			}
-			var pending, dead, applied int64
-			_ = admin.QueryRow(`SELECT count(*) FILTER (WHERE processed_at IS NULL AND dead_at IS NULL), count(*) FILTER (WHERE dead_at IS NOT NULL)
-				FROM `+schema+`.outbox_messages`).Scan(&pending, &dead)
-			_ = admin.QueryRow(`SELECT count(DISTINCT event_id) FROM ` + schema + `.effects`).Scan(&applied)
+			st, _ := mon.Stats(ctx)
+			applied := countApplied(q)
+			pending, dead := st.Pending, st.Dead
 			c, _ := led.counts()
 			obs.mu.Lock()
 			seen := len(obs.order)
@@ -377,10 +412,9 @@ func orchestrate(args []string) (bool, error) {
 	want := committed - poisoned
 	drained := false
 	for time.Since(faultsStopped) < 30*time.Second {
-		var pending, applied int64
-		_ = admin.QueryRow(`SELECT count(*) FROM ` + schema + `.outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL`).Scan(&pending)
-		_ = admin.QueryRow(`SELECT count(DISTINCT event_id) FROM ` + schema + `.effects`).Scan(&applied)
-		if pending == 0 && applied >= int64(want) {
+		st, err := mon.Stats(ctx)
+		applied := countApplied(q)
+		if err == nil && st.Pending == 0 && applied >= int64(want) {
 			drained = true
 			break
 		}
@@ -404,15 +438,21 @@ func orchestrate(args []string) (bool, error) {
 		}
 	}
 
-	v, err := judge(admin, schema, led, obs)
+	v, err := judge(q, dl, mon, led, obs)
 	if err != nil {
 		return false, err
 	}
 	ok := v.ok() && drained
-	fmt.Printf("\nHerald chaos run: %v of faults, 3 ordered relays, 2 consumers behind the inbox, NATS JetStream\n\n", o.dur)
+	fmt.Printf("\nHerald chaos run: %v of faults, 3 ordered relays, 2 consumers behind the inbox, NATS JetStream, %s\n\n", o.dur, dbase.kind)
 	fmt.Println("| measure | value |")
 	fmt.Println("|---|---:|")
 	row := func(k string, val any) { fmt.Printf("| %s | %v |\n", k, val) }
+	row("database", describeKind(dbase, o.poll))
+	pace := "as fast as they go"
+	if o.writeRate > 0 {
+		pace = fmt.Sprintf("at most %d transactions/s together", o.writeRate)
+	}
+	row("writers", fmt.Sprintf("%d, %s", o.writers, pace))
 	row("events committed", committed)
 	row("events rolled back (must never be seen)", len(led.rolledBack))
 	row("writer errors (outcome unknown, not counted)", led.writeErrs)
@@ -424,7 +464,14 @@ func orchestrate(args []string) (bool, error) {
 		o.burstAccounts*o.burstEvents, strings.Join(f.burstStats, "; ")))
 	row("refusal windows of one topic, light traffic on the other", fmt.Sprintf("%d × %v (refused events waiting at their ends: %d)",
 		f.refusalsN.Load(), o.refuseFor, f.refusedWaiting.Load()))
-	row("PostgreSQL backends terminated", terminated.Load())
+	if dbase.cut != nil {
+		row(dbase.cutLabel, terminated.Load())
+	} else {
+		row(dbase.cutLabel, dbase.cutNA)
+	}
+	lat := obs.latencies(led, f.firstOutage(), 0.5, 0.9, 0.99)
+	row("commit to stream before the first outage, p50 / p90 / p99", fmt.Sprintf("%v / %v / %v",
+		lat[0].Round(time.Millisecond), lat[1].Round(time.Millisecond), lat[2].Round(time.Millisecond)))
 	row("duplicate deliveries in the streams (allowed)", v.dupDeliveries)
 	row("duplicate effects", v.dupEffects)
 	row("lost", v.lost)
@@ -449,9 +496,27 @@ func orchestrate(args []string) (bool, error) {
 
 // writer saves random accounts of mine, one event per transaction, 10% of
 // them rolled back, a poisoned event when the faults owe one, slowly during
-// a refusal window, until ctx is done.
-func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *faults) {
+// a refusal window, until ctx is done; with a rate, the writers together
+// begin at most rate transactions a second.
+func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *faults, rate, writers int) {
+	var (
+		every time.Duration // this writer's share of the rate
+		next  = time.Now()
+	)
+	if rate > 0 {
+		every = time.Duration(float64(time.Second) * float64(writers) / float64(rate))
+	}
 	for ctx.Err() == nil {
+		if every > 0 {
+			next = next.Add(every)
+			if wait := time.Until(next); wait > 0 {
+				if !sleepCtx(ctx, wait) {
+					return
+				}
+			} else if -wait > every {
+				next = time.Now() // behind (a slow commit): no catching up in a rush
+			}
+		}
 		i := rand.IntN(len(mine))
 		a := mine[i]
 		a.Version++
@@ -507,15 +572,19 @@ func (v verdict) ok() bool {
 }
 
 // judge compares the ledger with the effects, the streams and the dead events.
-func judge(admin *sql.DB, schema string, led *ledger, obs *observer) (verdict, error) {
+func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer) (verdict, error) {
 	var v verdict
-	effects, err := countByID(admin, `SELECT event_id, count(*) FROM `+schema+`.effects GROUP BY event_id`)
+	effects, err := countByID(q, `SELECT event_id, count(*) FROM effects GROUP BY event_id`)
 	if err != nil {
 		return v, err
 	}
-	dead, err := countByID(admin, `SELECT id::text, 1 FROM `+schema+`.outbox_messages WHERE dead_at IS NOT NULL`)
+	deadEvs, err := mon.Dead(context.Background(), 1<<20)
 	if err != nil {
-		return v, err
+		return v, fmt.Errorf("ledger: %w", err)
+	}
+	dead := map[string]int{}
+	for _, d := range deadEvs {
+		dead[d.ID.String()] = 1
 	}
 	led.mu.Lock()
 	defer led.mu.Unlock()
@@ -547,27 +616,27 @@ func judge(admin *sql.DB, schema string, led *ledger, obs *observer) (verdict, e
 	for id := range led.poisoned {
 		if dead[id] == 0 {
 			v.poisonAlive++
-			describe(admin, schema, id)
+			describe(q, dl, id)
 		}
 	}
-	_ = admin.QueryRow(`SELECT coalesce(max(extract(epoch FROM dead_at - created_at)), 0), coalesce(max(attempts), 0)
-		FROM `+schema+`.outbox_messages WHERE dead_at IS NOT NULL`).Scan(&v.slowestDeath, &v.mostAttempts)
+	_ = q.Raw(`SELECT coalesce(max(`+dl.secs("dead_at", "created_at")+`), 0), coalesce(max(attempts), 0)
+		FROM outbox_messages WHERE dead_at IS NOT NULL`).Row().Scan(&v.slowestDeath, &v.mostAttempts)
 	v.violations, v.dupDeliveries = obs.verdict()
 	return v, nil
 }
 
 // describe prints what the outbox says of event id, to stderr.
-func describe(admin *sql.DB, schema, id string) {
+func describe(q *gorm.DB, dl dialect, id string) {
 	var (
 		attempts, strikes, blocked int
 		lastErr                    sql.NullString
 		age, due                   float64
 	)
-	err := admin.QueryRow(`SELECT o.attempts, o.strikes, o.last_error, extract(epoch FROM now() - o.created_at),
-		extract(epoch FROM o.available_at - now()),
-		(SELECT count(*) FROM `+schema+`.outbox_messages l WHERE l.aggregate_id = o.aggregate_id AND l.seq > o.seq
+	err := q.Raw(`SELECT o.attempts, o.strikes, o.last_error, `+dl.secs(dl.now, "o.created_at")+`,
+		`+dl.secs("o.available_at", dl.now)+`,
+		(SELECT count(*) FROM outbox_messages l WHERE l.aggregate_id = o.aggregate_id AND l.seq > o.seq
 			AND l.processed_at IS NULL AND l.dead_at IS NULL)
-		FROM `+schema+`.outbox_messages o WHERE o.id::text = $1`, id).Scan(&attempts, &strikes, &lastErr, &age, &due, &blocked)
+		FROM outbox_messages o WHERE o.id = ?`, id).Row().Scan(&attempts, &strikes, &lastErr, &age, &due, &blocked)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: event %s: %v\n", id, err)
 		return
@@ -577,8 +646,8 @@ func describe(admin *sql.DB, schema, id string) {
 }
 
 // countByID runs a query of (id, count) rows into a map.
-func countByID(db *sql.DB, query string) (map[string]int, error) {
-	rows, err := db.Query(query)
+func countByID(q *gorm.DB, query string) (map[string]int, error) {
+	rows, err := q.Raw(query).Rows()
 	if err != nil {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
@@ -597,6 +666,24 @@ func countByID(db *sql.DB, query string) (map[string]int, error) {
 	return out, rows.Err()
 }
 
+// countApplied counts the events whose effect happened (-1 when unknown).
+func countApplied(q *gorm.DB) int64 {
+	var n int64
+	if err := q.Raw(`SELECT count(DISTINCT event_id) FROM effects`).Row().Scan(&n); err != nil {
+		return -1
+	}
+	return n
+}
+
+// nopPublisher is the publisher of the orchestrator's relay, which is never
+// run: it only reads the outbox (Stats, Dead).
+type nopPublisher struct{}
+
+func (nopPublisher) Publish(string, ...*message.Message) error {
+	return errors.New("chaos: not a publishing relay")
+}
+func (nopPublisher) Close() error { return nil }
+
 var errRollback = errors.New("chaos: deliberate rollback")
 
 // observer reads the whole stream in order and keeps, per event, its first
@@ -612,6 +699,7 @@ type observed struct {
 	id      string
 	account string
 	version int
+	at      time.Time // when the observer first read it
 }
 
 func (o *observer) run(msgs <-chan *message.Message) {
@@ -623,7 +711,7 @@ func (o *observer) run(msgs <-chan *message.Message) {
 			o.dups++
 		} else {
 			o.seen[m.UUID] = len(o.order)
-			o.order = append(o.order, observed{id: m.UUID, account: d.AccountID.String(), version: d.Version})
+			o.order = append(o.order, observed{id: m.UUID, account: d.AccountID.String(), version: d.Version, at: time.Now()})
 		}
 		o.mu.Unlock()
 		m.Ack()
@@ -650,4 +738,29 @@ func (o *observer) verdict() (violations, dups int) {
 		last[ob.account] = max(last[ob.account], ob.version)
 	}
 	return violations, o.dups
+}
+
+// latencies returns the quantiles qs of the time from an event's commit (as
+// its writer saw it) to the observer's first read of it in the stream, over
+// the events committed before `before` (zero: all).
+func (o *observer) latencies(led *ledger, before time.Time, qs ...float64) []time.Duration {
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var ds []time.Duration
+	for _, ob := range o.order {
+		if t, ok := led.committed[ob.id]; ok && (before.IsZero() || t.Before(before)) {
+			ds = append(ds, max(ob.at.Sub(t), 0))
+		}
+	}
+	out := make([]time.Duration, len(qs))
+	if len(ds) == 0 {
+		return out
+	}
+	slices.Sort(ds)
+	for i, q := range qs {
+		out[i] = ds[min(int(q*float64(len(ds))), len(ds)-1)]
+	}
+	return out
 }

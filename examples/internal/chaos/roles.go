@@ -19,12 +19,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
-	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/aggregate"
-	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/examples/internal/brokertest"
-	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
 )
@@ -57,9 +55,11 @@ type Effect struct {
 // env is what the orchestrator hands its child processes: where things are,
 // and the relays' retry settings.
 type env struct {
+	kind          string // the database: postgresDB, sqliteDB or mysqlDB
 	dsn, nats, id string
-	topics        []string // the first is never refused; the second is, in the refusal windows
-	refuseFile    string   // the refusal windows (see refusals)
+	poll          time.Duration // the relays' PollInterval
+	topics        []string      // the first is never refused; the second is, in the refusal windows
+	refuseFile    string        // the refusal windows (see refusals)
 	relay         relaySettings
 }
 
@@ -80,6 +80,7 @@ func childEnv() env {
 	atoi := func(k string) int { n, _ := strconv.Atoi(os.Getenv(k)); return n }
 	dur := func(k string) time.Duration { d, _ := time.ParseDuration(os.Getenv(k)); return d }
 	return env{
+		kind: os.Getenv("CHAOS_DB"), poll: dur("CHAOS_POLL"),
 		dsn: os.Getenv("CHAOS_DSN"), nats: os.Getenv("CHAOS_NATS"), id: os.Getenv("CHAOS_ID"),
 		topics: strings.Split(os.Getenv("CHAOS_TOPICS"), ","), refuseFile: os.Getenv("CHAOS_REFUSE_FILE"),
 		relay: relaySettings{maxAttempts: atoi("CHAOS_MAX_ATTEMPTS"), minBackoff: dur("CHAOS_MIN_BACKOFF"),
@@ -88,15 +89,11 @@ func childEnv() env {
 }
 
 func (e env) vars() []string {
-	return []string{"CHAOS_DSN=" + e.dsn, "CHAOS_NATS=" + e.nats, "CHAOS_ID=" + e.id,
+	return []string{"CHAOS_DB=" + e.kind, "CHAOS_POLL=" + e.poll.String(), "CHAOS_DSN=" + e.dsn, "CHAOS_NATS=" + e.nats, "CHAOS_ID=" + e.id,
 		"CHAOS_TOPICS=" + strings.Join(e.topics, ","), "CHAOS_REFUSE_FILE=" + e.refuseFile,
 		fmt.Sprint("CHAOS_MAX_ATTEMPTS=", e.relay.maxAttempts), "CHAOS_MIN_BACKOFF=" + e.relay.minBackoff.String(),
 		"CHAOS_MAX_BACKOFF=" + e.relay.maxBackoff.String(), "CHAOS_PUBLISH_TIMEOUT=" + e.relay.publishTimeout.String(),
 		"CHAOS_LEASE=" + e.relay.lease.String()}
-}
-
-func openDB(dsn, app string) (*gorm.DB, error) {
-	return pgtest.OpenPool(pgtest.WithHost(dsn, "", app))
 }
 
 func quiet() *slog.Logger {
@@ -158,7 +155,7 @@ func (p refusing) Publish(topic string, msgs ...*message.Message) error {
 // runRelay is a relay process: ordered mode, publishing to the chaos broker.
 func runRelay(ctx context.Context) error {
 	e := childEnv()
-	db, err := openDB(e.dsn, "chaos_relay_"+e.id)
+	db, err := openDB(e.kind, e.dsn, "chaos_relay_"+e.id)
 	if err != nil {
 		return err
 	}
@@ -175,7 +172,7 @@ func runRelay(ctx context.Context) error {
 	}
 	oneIn, _ := strconv.Atoi(os.Getenv("CHAOS_CRASH_ONE_IN"))
 	rcfg := e.relay.config()
-	rcfg.Ordered, rcfg.InstanceID, rcfg.PollInterval = true, "relay-"+e.id, 200*time.Millisecond
+	rcfg.Ordered, rcfg.InstanceID, rcfg.PollInterval = true, "relay-"+e.id, e.poll
 	rcfg.Channel, rcfg.Logger = "chaos", quiet()
 	pubs := refusing{Publisher: pub, topic: e.topics[len(e.topics)-1], win: &refusals{file: e.refuseFile}}
 	r, err := relay.New(db, crashAfterAck{pubs, max(oneIn, 1)}, rcfg)
@@ -191,7 +188,7 @@ func runRelay(ctx context.Context) error {
 // effect per event.
 func runConsumer(ctx context.Context) error {
 	e := childEnv()
-	db, err := openDB(e.dsn, "chaos_consumer_"+e.id)
+	db, err := openDB(e.kind, e.dsn, "chaos_consumer_"+e.id)
 	if err != nil {
 		return err
 	}
@@ -215,7 +212,7 @@ func runConsumer(ctx context.Context) error {
 	router.AddMiddleware(in.Middleware)
 	consumer := "consumer-" + e.id
 	for _, topic := range e.topics {
-		router.AddNoPublisherHandler("effects_"+topic, topic, sub, func(msg *message.Message) error {
+		router.AddConsumerHandler("effects_"+topic, topic, sub, func(msg *message.Message) error {
 			var d Deposited
 			if err := json.Unmarshal(msg.Payload, &d); err != nil {
 				return err

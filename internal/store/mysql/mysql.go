@@ -123,8 +123,10 @@ func createMissing(ctx context.Context, x store.Execer, file, def string, t iden
 		if ok {
 			continue
 		}
-		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
-			return fmt.Errorf("create %s: %w", o.Name, err)
+		for _, q := range append([]string{o.SQL}, o.After...) {
+			if _, err := x.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("create %s: %w", o.Name, err)
+			}
 		}
 	}
 	return nil
@@ -240,14 +242,15 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 	return out, nil
 }
 
-// lockBuckets is how many rows the locks table holds at most: aggregates are
-// hashed into this many buckets (two aggregates in one bucket serialize their
-// writers, harmlessly).
+// lockBuckets is how many rows the locks table holds (made by the migration):
+// aggregates are hashed into them, and two aggregates in one bucket serialize
+// their writers, harmlessly.
 const lockBuckets = 1 << 16
 
-// LockAggregates writes (or rewrites) each key's row of the locks table, in
-// ascending order: InnoDB holds the row's exclusive lock until the transaction
-// ends, so a second writer of the aggregate waits for the first.
+// LockAggregates locks each key's row of the locks table, in ascending order,
+// with SELECT ... FOR UPDATE: a record lock on an existing row (no gap lock,
+// unlike an insert of a missing key), held until the transaction ends, so a
+// second writer of the aggregate waits for the first.
 func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int64) error {
 	if len(keys) == 0 {
 		return nil
@@ -258,19 +261,21 @@ func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int6
 	}
 	slices.Sort(b)
 	b = slices.Compact(b)
-	var q strings.Builder
-	q.WriteString(`INSERT INTO ` + Quote(o.t.Derived("_locks")) + ` (k) VALUES `)
-	args := make([]any, len(b))
-	for i, k := range b {
-		if i > 0 {
-			q.WriteString(", ")
-		}
-		q.WriteString("(?)")
-		args[i] = k
+	rows, err := x.QueryContext(ctx, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+placeholders(len(b))+`) ORDER BY k FOR UPDATE`, anys(b)...)
+	if err != nil {
+		return err
 	}
-	q.WriteString(` ON DUPLICATE KEY UPDATE k = k`)
-	_, err := x.ExecContext(ctx, q.String(), args...)
-	return err
+	n := 0
+	for rows.Next() {
+		n++
+	}
+	if err := rows.Close(); err != nil {
+		return err
+	}
+	if n != len(b) {
+		return fmt.Errorf("mysql: %d of %d aggregate lock rows missing in %s (run the migrations)", len(b)-n, len(b), Quote(o.t.Derived("_locks")))
+	}
+	return nil
 }
 
 // Abort does nothing: MySQL cannot keep a transaction from committing.

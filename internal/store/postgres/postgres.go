@@ -103,8 +103,10 @@ func createMissing(ctx context.Context, x store.Execer, file, def string, t iden
 		if ok {
 			continue
 		}
-		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
-			return fmt.Errorf("create %s: %w", o.Name, err)
+		for _, q := range append([]string{o.SQL}, o.After...) {
+			if _, err := x.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("create %s: %w", o.Name, err)
+			}
 		}
 	}
 	return nil

@@ -1,10 +1,12 @@
 -- +goose Up
 -- Herald outbox table (MySQL 8.0.16+ / MariaDB 10.6+, InnoDB). Times are UTC
 -- (Herald writes UTC_TIMESTAMP(6)); payload and metadata are JSON text. seq is
--- the insertion order. The locks table serializes the writers of one aggregate
--- (a writer role needs SELECT, INSERT on the outbox and INSERT, UPDATE on the
--- locks). Herald creates the same tables when missing, unless DisableAutoCreate
--- is set.
+-- the insertion order. The locks table serializes the writers of one aggregate:
+-- aggregates are hashed into its 65,536 rows, made here once, and a writer
+-- locks its aggregates' rows (SELECT ... FOR UPDATE: record locks on existing
+-- rows, no gap locks). A writer role needs SELECT, INSERT on the outbox and
+-- SELECT, UPDATE on the locks. Herald creates the same tables when missing,
+-- unless DisableAutoCreate is set.
 CREATE TABLE IF NOT EXISTS `outbox_messages` (
     seq            BIGINT       NOT NULL AUTO_INCREMENT,
     id             CHAR(36)     NOT NULL,
@@ -31,3 +33,13 @@ CREATE TABLE IF NOT EXISTS `outbox_messages` (
 CREATE TABLE IF NOT EXISTS `outbox_messages_locks` (
     k BIGINT NOT NULL PRIMARY KEY
 ) ENGINE=InnoDB;
+INSERT IGNORE INTO `outbox_messages_locks` (k)
+SELECT a.n + 16 * b.n + 256 * c.n + 4096 * d.n
+FROM (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+      UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15) AS a,
+     (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+      UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15) AS b,
+     (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+      UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15) AS c,
+     (SELECT 0 AS n UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 UNION ALL SELECT 5 UNION ALL SELECT 6 UNION ALL SELECT 7
+      UNION ALL SELECT 8 UNION ALL SELECT 9 UNION ALL SELECT 10 UNION ALL SELECT 11 UNION ALL SELECT 12 UNION ALL SELECT 13 UNION ALL SELECT 14 UNION ALL SELECT 15) AS d;
