@@ -1,16 +1,19 @@
 package relay_test
 
+// Helpers of the tests that stay in package relay: those that need a fault
+// point inside it, or PostgreSQL itself (its proxy, pg_terminate_backend,
+// LISTEN/NOTIFY). The relay's behaviour on every database is the conformance
+// suite's (internal/store/storetest). Publishers, waits and what a subscriber
+// received come from internal/testkit.
+
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
 )
@@ -71,14 +75,7 @@ func (e *env) write(n, k int) map[uuid.UUID][]uuid.UUID {
 	return out
 }
 
-func (e *env) pending() int64 {
-	e.t.Helper()
-	var n int64
-	if err := e.db.Raw(`SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL`).Scan(&n).Error; err != nil {
-		e.t.Fatal(err)
-	}
-	return n
-}
+func (e *env) pending() int64 { return testkit.Pending(e.t, e.db) }
 
 // run starts a relay and stops it when the test ends (or at stop). returned
 // tells whether Run returned before it was cancelled, which it never should.
@@ -108,120 +105,30 @@ func (e *env) run(r *relay.Relay) (returned *atomic.Bool, stop func()) {
 	return returned, stop
 }
 
-func quietLogger() *slog.Logger {
-	if os.Getenv("HERALD_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.DiscardHandler)
-}
+func quietLogger() *slog.Logger { return testkit.Quiet() }
 
-// received records what a subscriber got, in order.
-type received struct {
-	mu   sync.Mutex
-	msgs []*message.Message
-	ids  map[string]int
-}
+// received is what a subscriber got (testkit.Received).
+type received struct{ *testkit.Received }
 
-func (r *received) add(m *message.Message) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ids == nil {
-		r.ids = map[string]int{}
-	}
-	r.msgs = append(r.msgs, m)
-	r.ids[m.UUID]++
-}
-
-func (r *received) distinct() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.ids)
-}
-
-func (r *received) snapshot() []*message.Message {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*message.Message(nil), r.msgs...)
-}
+func (r received) distinct() int                { return r.Distinct() }
+func (r received) snapshot() []*message.Message { return r.Snapshot() }
 
 // consume subscribes to topic and records every message, acking it.
-func consume(t *testing.T, sub message.Subscriber, topic string) *received {
+func consume(t *testing.T, sub message.Subscriber, topic string) received {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ch, err := sub.Subscribe(ctx, topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := &received{}
-	go func() {
-		for m := range ch {
-			got.add(m)
-			m.Ack()
-		}
-	}()
-	return got
+	return received{testkit.Consume(t, sub, topic)}
 }
 
-// newGoChannel returns an in-process pub/sub that delivers in publish order
-// (without BlockPublishUntilSubscriberAck it hands each message to a goroutine).
-func newGoChannel() *gochannel.GoChannel {
-	return gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 100000, BlockPublishUntilSubscriberAck: true}, watermill.NopLogger{})
-}
+func newGoChannel() *gochannel.GoChannel { return testkit.NewGoChannel() }
 
-// eventually polls cond until it holds or the timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, timeout, what, cond)
 }
 
-func idSet(m map[uuid.UUID][]uuid.UUID) map[string]bool {
-	out := map[string]bool{}
-	for _, ids := range m {
-		for _, id := range ids {
-			out[id.String()] = true
-		}
-	}
-	return out
-}
+func idSet(m map[uuid.UUID][]uuid.UUID) map[string]bool { return testkit.IDSet(m) }
 
-// checkOrder fails if the first deliveries of any aggregate's events arrived out
-// of their commit order. Redeliveries (duplicates) are allowed anywhere.
-func checkOrder(t *testing.T, ids map[uuid.UUID][]uuid.UUID, got *received) {
+func checkOrder(t *testing.T, ids map[uuid.UUID][]uuid.UUID, got received) {
 	t.Helper()
-	if n := orderViolations(ids, got.snapshot()); n > 0 {
-		t.Fatalf("%d order violations", n)
-	}
+	testkit.CheckOrder(t, ids, got.Received)
 }
-
-func orderViolations(ids map[uuid.UUID][]uuid.UUID, msgs []*message.Message) int {
-	first := map[string]int{}
-	for i, m := range msgs {
-		if _, ok := first[m.UUID]; !ok {
-			first[m.UUID] = i
-		}
-	}
-	bad := 0
-	for _, evs := range ids {
-		last := -1
-		for _, id := range evs {
-			pos, ok := first[id.String()]
-			if !ok {
-				continue
-			}
-			if pos < last {
-				bad++
-			}
-			last = pos
-		}
-	}
-	return bad
-}
-
-var _ = fmt.Sprint

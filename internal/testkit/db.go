@@ -2,7 +2,8 @@
 // suite, share: a database of their own for each dialect (a PostgreSQL schema,
 // an SQLite file, a MySQL database), dropped when the test ends, so tests run
 // in parallel against the real servers and leave nothing behind; a quiet
-// logger; waits; and the outbox rows as a test reads them.
+// logger; waits; the outbox rows as a test reads them (and breaks them); and
+// fake publishers and what a subscriber received (publishers.go).
 package testkit
 
 import (
@@ -25,6 +26,8 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/pgtest"
+	mysqlstore "github.com/heraldgo/herald/internal/store/mysql"
+	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 )
 
 // Dialect is a database the tests run against.
@@ -167,8 +170,15 @@ type Row struct {
 	Payload       string
 	Metadata      map[string]string
 	Attempts      int
+	Strikes       int
+	LastError     string
+	Processed     bool // processed_at set (published, kept for the retention)
 	Dead          bool
 }
+
+// Pending reports whether the row waits to be published (neither processed
+// nor dead).
+func (r Row) Pending() bool { return !r.Processed && !r.Dead }
 
 // Outbox reads the outbox table (default outbox_messages) in insertion order.
 func Outbox(t testing.TB, db *gorm.DB, table ...string) []Row {
@@ -186,7 +196,8 @@ func Outbox(t testing.TB, db *gorm.DB, table ...string) []Row {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := sqlDB.QueryContext(context.Background(), `SELECT id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, attempts, dead_at IS NOT NULL FROM `+q+` ORDER BY seq`)
+	rows, err := sqlDB.QueryContext(context.Background(), `SELECT id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, attempts, strikes,
+  coalesce(last_error, ''), processed_at IS NOT NULL, dead_at IS NOT NULL FROM `+q+` ORDER BY seq`)
 	if err != nil {
 		t.Fatalf("testkit: read %s: %v", name, err)
 	}
@@ -198,18 +209,146 @@ func Outbox(t testing.TB, db *gorm.DB, table ...string) []Row {
 			id, md  string
 			payload []byte
 		)
-		if err := rows.Scan(&id, &r.Type, &r.Version, &r.AggregateType, &r.AggregateID, &r.Topic, &payload, &md, &r.Attempts, &r.Dead); err != nil {
+		if err := rows.Scan(&id, &r.Type, &r.Version, &r.AggregateType, &r.AggregateID, &r.Topic, &payload, &md, &r.Attempts, &r.Strikes,
+			&r.LastError, &r.Processed, &r.Dead); err != nil {
 			t.Fatalf("testkit: read %s: %v", name, err)
 		}
-		r.ID = uuid.MustParse(id)
+		r.ID, _ = uuid.Parse(id) // uuid.Nil for a row a test gave a bad id (SetOutboxColumn)
 		r.Payload = string(payload)
 		if err := json.Unmarshal([]byte(md), &r.Metadata); err != nil {
-			t.Fatalf("testkit: metadata %q: %v", md, err)
+			r.Metadata = nil // not a string map: a row a test broke (SetOutboxColumn)
 		}
 		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+// Pending counts the outbox rows (default table outbox_messages) waiting to
+// be published: neither processed nor dead.
+func Pending(t testing.TB, db *gorm.DB, table ...string) int64 {
+	t.Helper()
+	name := "outbox_messages"
+	if len(table) > 0 {
+		name = table[0]
+	}
+	d, err := drivers.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	sqlDB, _ := db.DB()
+	if err := sqlDB.QueryRowContext(context.Background(), `SELECT count(*) FROM `+d.Quote(ident.MustTable(name))+
+		` WHERE processed_at IS NULL AND dead_at IS NULL`).Scan(&n); err != nil {
+		t.Fatalf("testkit: count pending in %s: %v", name, err)
+	}
+	return n
+}
+
+// SetOutboxColumn stores value in column of the outbox_messages row id as it
+// is, past every check of Herald's: for rows Herald would never write (metadata
+// that is JSON but no string map, an id that is no UUID). On PostgreSQL the
+// text is cast to the column's type (jsonb, uuid), which may refuse it: the
+// database's error is returned.
+func SetOutboxColumn(db *gorm.DB, id uuid.UUID, column, value string) error {
+	d, err := drivers.For(db)
+	if err != nil {
+		return err
+	}
+	if _, err := ident.ParseName(column); err != nil {
+		return err
+	}
+	set := column + ` = ?`
+	if d.Name() == "postgres" {
+		switch column {
+		case "id":
+			set = `id = CAST(? AS uuid)`
+		case "payload", "metadata":
+			set = column + ` = CAST(? AS jsonb)`
+		}
+	}
+	return db.Exec(`UPDATE `+d.Quote(ident.MustTable("outbox_messages"))+` SET `+set+` WHERE id = ?`, value, id.String()).Error
+}
+
+// Waits returns, for each pending outbox_messages row, how long until it is
+// due (available_at, by the database's clock; negative when due).
+func Waits(t testing.TB, db *gorm.DB) map[uuid.UUID]time.Duration {
+	t.Helper()
+	d, err := drivers.For(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wait string // in microseconds
+	switch d.Name() {
+	case "postgres":
+		wait = `CAST(extract(epoch FROM available_at - now()) * 1000000 AS bigint)`
+	case "sqlite":
+		wait = `available_at - ` + sqlitestore.Now
+	case "mysql":
+		wait = `TIMESTAMPDIFF(MICROSECOND, ` + mysqlstore.Now + `, available_at)`
+	default:
+		t.Fatalf("testkit: Waits: no SQL for %s", d.Name())
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := sqlDB.QueryContext(context.Background(), `SELECT id, `+wait+` FROM `+d.Quote(ident.MustTable("outbox_messages"))+
+		` WHERE processed_at IS NULL AND dead_at IS NULL`)
+	if err != nil {
+		t.Fatalf("testkit: waits: %v", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out := map[uuid.UUID]time.Duration{}
+	for rows.Next() {
+		var (
+			id string
+			us int64
+		)
+		if err := rows.Scan(&id, &us); err != nil {
+			t.Fatalf("testkit: waits: %v", err)
+		}
+		u, _ := uuid.Parse(id)
+		out[u] = time.Duration(us) * time.Microsecond
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// Leases returns the owner of each ordering partition of the outbox_messages
+// relays ("" for none), or nil while the lease table does not exist.
+func Leases(db *gorm.DB) map[int]string {
+	d, err := drivers.For(db)
+	if err != nil {
+		return nil
+	}
+	part := `"partition"`
+	if d.Name() == "mysql" {
+		part = "`partition`"
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil
+	}
+	rows, err := sqlDB.QueryContext(context.Background(), `SELECT `+part+`, owner FROM `+d.Quote(ident.MustTable("outbox_messages_leases")))
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = rows.Close() }()
+	out := map[int]string{}
+	for rows.Next() {
+		var (
+			p     int
+			owner string
+		)
+		if rows.Scan(&p, &owner) != nil {
+			return nil
+		}
+		out[p] = owner
 	}
 	return out
 }

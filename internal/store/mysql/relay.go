@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -29,7 +30,7 @@ const partitionExpr = `MOD(CRC32(CASE WHEN o.aggregate_id = '' THEN o.id ELSE CO
 type relay struct {
 	t ident.Table
 	q struct {
-		claimLocked, claimOrdered, markProcessed, markDelete, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup, unlease string
+		claimLocked, claimOrdered, markProcessed, markDelete, markFailed, recoverOutage, stats, dead, seqOf, requeue, requeueAll, cleanup, unlease string
 	}
 	leases leases
 }
@@ -53,9 +54,15 @@ WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
   AND NOT EXISTS (SELECT 1 FROM blocked b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
 ORDER BY o.seq LIMIT ?`)
-	q.markDelete = rep.Replace(`DELETE FROM {t} WHERE id IN ({ids})`)
-	q.markProcessed = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE id IN ({ids})`)
-	q.unlease = rep.Replace(`UPDATE {t} SET available_at = {now} WHERE {pending} AND id IN ({ids})`)
+	// Rows by id, joined from a list of ids through the id key: with
+	// "WHERE id IN (...)" the optimizer scans the whole table when it is small
+	// (as an outbox mostly is), which in REPEATABLE READ locks every row it
+	// reads, those other relays claimed too: their marks deadlocked, and the
+	// batch rolled back was published again.
+	q.markDelete = rep.Replace(`DELETE o FROM ({ids}) AS k STRAIGHT_JOIN {t} AS o ON o.id = k.id`)
+	q.markProcessed = rep.Replace(`UPDATE ({ids}) AS k STRAIGHT_JOIN {t} AS o ON o.id = k.id SET o.processed_at = {now}, o.last_error = NULL`)
+	q.unlease = rep.Replace(`UPDATE ({ids}) AS k STRAIGHT_JOIN {t} AS o ON o.id = k.id SET o.available_at = {now}
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL`)
 	q.markFailed = rep.Replace(`UPDATE {t} SET
   attempts = attempts + 1,
   strikes = strikes + ?,
@@ -70,8 +77,12 @@ WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= 
   (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
 	q.dead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT ?`)
+	// By the primary key, found first by a read that locks nothing: by the id
+	// key the UPDATE locks the id's entry, then waits for the row a relay's
+	// claim locked, whose mark then waits for that entry (a deadlock).
+	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ?`)
 	q.requeue = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
-WHERE id = ? AND dead_at IS NOT NULL`)
+WHERE seq = ? AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
 WHERE dead_at IS NOT NULL`)
 	q.cleanup = rep.Replace(`DELETE FROM {t} WHERE processed_at < {now} - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`)
@@ -89,6 +100,11 @@ func (r *relay) Create(ctx context.Context, x store.Execer, ordered, retention b
 }
 
 func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+// idList is a derived table of n ids (one column, id), one placeholder each.
+func idList(n int) string {
+	return "SELECT ? AS id" + strings.Repeat(" UNION ALL SELECT ?", n-1)
+}
 
 func anys[T any](xs []T) []any {
 	out := make([]any, len(xs))
@@ -164,7 +180,7 @@ func (r *relay) byIDs(ctx context.Context, x store.Execer, q string, ids []strin
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 1000)]
 		ids = ids[len(chunk):]
-		if _, err := x.ExecContext(ctx, strings.Replace(q, "{ids}", placeholders(len(chunk)), 1), anys(chunk)...); err != nil {
+		if _, err := x.ExecContext(ctx, strings.Replace(q, "{ids}", idList(len(chunk)), 1), anys(chunk)...); err != nil {
 			return err
 		}
 	}
@@ -264,7 +280,13 @@ func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.De
 }
 
 func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
-	res, err := x.ExecContext(ctx, r.q.requeue, id)
+	var seq int64
+	if err := queryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	res, err := x.ExecContext(ctx, r.q.requeue, seq)
 	if err != nil {
 		return false, err
 	}

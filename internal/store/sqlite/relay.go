@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,7 +28,7 @@ const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, paylo
 type relay struct {
 	t ident.Table
 	q struct {
-		claimLeased, claimOrdered, markProcessed, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup string
+		dueLeased, claimLeased, claimOrdered, markProcessed, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup string
 	}
 	leases leases
 }
@@ -36,10 +37,15 @@ func newRelay(t ident.Table) *relay {
 	r := &relay{t: t}
 	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now)
 	q := &r.q
-	// One statement, under SQLite's single writer: the rows it moves past the
-	// lease are this claim's alone.
+	// The due rows in due order, then one statement, under SQLite's single
+	// writer, that leases those still due: the rows it moves past the lease
+	// are this claim's alone. The claim keeps the due order, as on the other
+	// databases (a failed event waits behind the others, not ahead of them in
+	// every batch); RETURNING gives neither that order nor the old
+	// available_at, hence the read first.
+	q.dueLeased = rep.Replace(`SELECT seq FROM {t} WHERE {pending} AND available_at <= {now} ORDER BY available_at, seq LIMIT ?`)
 	q.claimLeased = rep.Replace(`UPDATE {t} SET available_at = {now} + ?
-WHERE seq IN (SELECT seq FROM {t} WHERE {pending} AND available_at <= {now} ORDER BY available_at, seq LIMIT ?)
+WHERE seq IN (SELECT value FROM json_each(?)) AND {pending} AND available_at <= {now}
 RETURNING seq, {cols}`)
 	q.claimOrdered = rep.Replace(`WITH blocked AS (
   SELECT aggregate_type, aggregate_id, min(seq) AS seq FROM {t}
@@ -98,7 +104,9 @@ func anys[T any](xs []T) []any {
 	return out
 }
 
-func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Claimed, error) {
+// claim runs the claim q and returns its rows in seq order, or in the order of
+// rank (by seq) when given.
+func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, q string, args ...any) ([]store.Claimed, error) {
 	rows, err := x.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -126,7 +134,12 @@ func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any
 		return nil, err
 	}
 	// RETURNING yields rows in no promised order.
-	slices.SortFunc(got, func(a, b ordered) int { return int(a.seq - b.seq) })
+	slices.SortFunc(got, func(a, b ordered) int {
+		if rank != nil {
+			return rank[a.seq] - rank[b.seq]
+		}
+		return int(a.seq - b.seq)
+	})
 	out := make([]store.Claimed, len(got))
 	for i, o := range got {
 		out[i] = o.c
@@ -140,14 +153,30 @@ func (r *relay) ClaimLocked(context.Context, store.Execer, int) ([]store.Claimed
 }
 
 func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Claimed, error) {
-	return r.claim(ctx, x, r.q.claimLeased, lease.Microseconds(), limit)
+	due, err := queryInt64s(ctx, x, r.q.dueLeased, limit)
+	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	rank := make(map[int64]int, len(due))
+	seqs := make([]string, len(due))
+	for i, seq := range due {
+		rank[seq], seqs[i] = i, strconv.FormatInt(seq, 10)
+	}
+	return r.claim(ctx, x, rank, r.q.claimLeased, lease.Microseconds(), "["+strings.Join(seqs, ",")+"]")
 }
 
+// Unlease makes the rows due again at about the time they were due before
+// the claim (their insert, or their last failure: the lease overwrote the
+// exact time), not now: else rows a batch had no time for would go behind
+// the events that failed in it, and again every batch, never tried while a
+// failing event comes first (the other databases release such rows
+// untouched).
 func (r *relay) Unlease(ctx context.Context, x store.Execer, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	_, err := x.ExecContext(ctx, `UPDATE `+r.t.Quoted()+` SET available_at = `+Now+` WHERE `+pending+` AND id IN (`+placeholders(len(ids))+`)`, anys(ids)...)
+	_, err := x.ExecContext(ctx, `UPDATE `+r.t.Quoted()+` SET available_at = min(coalesce(last_failed_at, created_at), `+Now+`)
+WHERE `+pending+` AND id IN (`+placeholders(len(ids))+`)`, anys(ids)...)
 	return err
 }
 
@@ -157,7 +186,25 @@ func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	}
 	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
 	args := append(append([]any{partitions}, anys(owned)...), limit)
-	return r.claim(ctx, x, q, args...)
+	return r.claim(ctx, x, nil, q, args...)
+}
+
+// queryInt64s runs q and returns the one int64 column of its rows.
+func queryInt64s(ctx context.Context, x store.Execer, q string, args ...any) ([]int64, error) {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []int64
+	for rows.Next() {
+		var v int64
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }
 
 func (r *relay) MarkPublished(ctx context.Context, x store.Execer, ids []string, keep bool) error {

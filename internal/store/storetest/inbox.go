@@ -262,7 +262,7 @@ func testInboxConsumerBadInputToPoisonQueue(t *testing.T, dl testkit.Dialect) {
 		t.Fatal(err)
 	}
 	router.AddMiddleware(poison, e.inbox(inbox.Config{}).Middleware)
-	router.AddNoPublisherHandler("pay", "payments", gc, func(msg *message.Message) error {
+	router.AddConsumerHandler("pay", "payments", gc, func(msg *message.Message) error {
 		ev, _, err := inbox.Decode(&reg, msg)
 		if err != nil {
 			return err
@@ -307,16 +307,6 @@ func testInboxConsumerBadInputToPoisonQueue(t *testing.T, dl testkit.Dialect) {
 	_ = uuid.Nil
 }
 
-// failingPublisher must never be called: the router must not publish what a
-// handler behind the inbox returns.
-type failingPublisher struct{ t *testing.T }
-
-func (p failingPublisher) Publish(topic string, _ ...*message.Message) error {
-	p.t.Errorf("the router published to %s: handler output must go to the outbox", topic)
-	return nil
-}
-func (failingPublisher) Close() error { return nil }
-
 func runRouter(t *testing.T, r *message.Router) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -336,13 +326,7 @@ func runRouter(t *testing.T, r *message.Router) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testkit.Eventually(t, 20*time.Second, what, cond)
 }
 
 // Handlers are deduplicated under their own names, and messages they return
@@ -357,7 +341,7 @@ func testInboxRouterHandlerNamesAndProducedMessages(t *testing.T, dl testkit.Dia
 	}
 	in := e.inbox(inbox.Config{})
 	router.AddMiddleware(in.Middleware)
-	router.AddHandler("ship", "orders", gc, "shipments", failingPublisher{t}, func(msg *message.Message) ([]*message.Message, error) {
+	router.AddHandler("ship", "orders", gc, "shipments", testkit.MustNotPublish{T: t}, func(msg *message.Message) ([]*message.Message, error) {
 		tx := inbox.Tx(msg.Context())
 		if err := tx.Create(&Effect{Consumer: "ship", MessageID: msg.UUID}).Error; err != nil {
 			return nil, err
@@ -367,7 +351,7 @@ func testInboxRouterHandlerNamesAndProducedMessages(t *testing.T, dl testkit.Dia
 		out.Metadata.Set("causation_id", msg.UUID)
 		return []*message.Message{out}, nil
 	})
-	router.AddNoPublisherHandler("bill", "orders", gc, func(msg *message.Message) error {
+	router.AddConsumerHandler("bill", "orders", gc, func(msg *message.Message) error {
 		return inbox.Tx(msg.Context()).Create(&Effect{Consumer: "bill", MessageID: msg.UUID}).Error
 	})
 	runRouter(t, router)

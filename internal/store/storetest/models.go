@@ -1,12 +1,15 @@
 package storetest
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -14,9 +17,11 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
 )
 
 // Test models: an order aggregate with line aggregates as children, and a
@@ -252,3 +257,218 @@ func noPublish(h message.NoPublishHandlerFunc) message.HandlerFunc {
 }
 
 func quiet() *slog.Logger { return testkit.Quiet() }
+
+// The relay's world: accounts whose deposits are the events, in a database of
+// the test's own that relays (and writers) open as other processes would.
+
+type Account struct {
+	ID      uuid.UUID `gorm:"type:varchar(36);primaryKey"`
+	Balance int
+	aggregate.Root
+}
+
+type Deposited struct {
+	AccountID uuid.UUID
+	Seq       int
+}
+
+func (Deposited) EventType() string { return "account.deposited" }
+
+// Withdrawn is a second event type; with the default topic (the event type)
+// it goes to a topic of its own.
+type Withdrawn struct{ AccountID uuid.UUID }
+
+func (Withdrawn) EventType() string { return "account.withdrawn" }
+
+const (
+	depositedTopic = "account.deposited"
+	withdrawnTopic = "account.withdrawn"
+)
+
+// depositSeq is the Seq of a Deposited payload (-1 if it is none).
+func depositSeq(payload []byte) int {
+	var d Deposited
+	if json.Unmarshal(payload, &d) != nil || d.AccountID == uuid.Nil {
+		return -1
+	}
+	return d.Seq
+}
+
+// seqIs picks the Deposited messages of sequence n.
+func seqIs(n int) func(*message.Message) bool {
+	return func(m *message.Message) bool { return depositSeq(m.Payload) == n }
+}
+
+// relayEnv is one relay test's world: a database with the outbox and the
+// accounts, db its writers' handle.
+type relayEnv struct {
+	t   *testing.T
+	d   testkit.Dialect
+	dsn string
+	db  *gorm.DB
+}
+
+func newRelayEnv(t *testing.T, d testkit.Dialect) *relayEnv {
+	t.Helper()
+	dsn := d.NewDSN(t)
+	db := d.Open(t, dsn, nil)
+	must(t, db.Use(outboxhook.New(outboxhook.Config{})))
+	must(t, db.AutoMigrate(&Account{}))
+	return &relayEnv{t: t, d: d, dsn: dsn, db: db}
+}
+
+// open returns another handle on the database, as another process has.
+func (e *relayEnv) open() *gorm.DB {
+	e.t.Helper()
+	return e.d.Open(e.t, e.dsn, nil)
+}
+
+// write commits n accounts with k deposits each (Seq 0..k-1) and returns the
+// event ids, in order per account.
+func (e *relayEnv) write(n, k int) map[uuid.UUID][]uuid.UUID {
+	e.t.Helper()
+	out := map[uuid.UUID][]uuid.UUID{}
+	for range n {
+		a := &Account{ID: uuid.New()}
+		for i := range k {
+			a.Record(Deposited{AccountID: a.ID, Seq: i})
+		}
+		for _, p := range a.Records() {
+			out[a.ID] = append(out[a.ID], p.ID)
+		}
+		must(e.t, e.db.Create(a).Error)
+	}
+	return out
+}
+
+// deposit commits k more deposits (Seq from) to each of the accounts and
+// returns their ids, in order per account.
+func (e *relayEnv) deposit(accounts []uuid.UUID, from, k int) map[uuid.UUID][]uuid.UUID {
+	e.t.Helper()
+	out := map[uuid.UUID][]uuid.UUID{}
+	for _, id := range accounts {
+		a := &Account{ID: id}
+		for i := range k {
+			a.Record(Deposited{AccountID: id, Seq: from + i})
+		}
+		for _, p := range a.Records() {
+			out[id] = append(out[id], p.ID)
+		}
+		must(e.t, e.db.Model(a).Update("balance", from+k).Error)
+	}
+	return out
+}
+
+// writeOne commits an account with the event ev makes for it and returns the
+// event id.
+func (e *relayEnv) writeOne(ev func(account uuid.UUID) events.Event) (string, error) {
+	a := &Account{ID: uuid.New()}
+	a.Record(ev(a.ID))
+	id := a.Records()[0].ID.String()
+	return id, e.db.Create(a).Error
+}
+
+func withdrawn(a uuid.UUID) events.Event { return Withdrawn{AccountID: a} }
+func deposited(a uuid.UUID) events.Event { return Deposited{AccountID: a, Seq: 100} }
+
+// trickle writes a Deposited event (Seq 100) every interval, other traffic for
+// the relay, until stop is called; stop returns the ids written.
+func (e *relayEnv) trickle(every time.Duration) (stop func() []string) {
+	done := make(chan struct{})
+	var (
+		ids []string
+		wg  sync.WaitGroup
+	)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			id, err := e.writeOne(deposited)
+			if err != nil {
+				e.t.Errorf("trickle: %v", err)
+				return
+			}
+			ids = append(ids, id)
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	var once sync.Once
+	stop = func() []string {
+		once.Do(func() { close(done); wg.Wait() })
+		return ids
+	}
+	e.t.Cleanup(func() { stop() })
+	return stop
+}
+
+func (e *relayEnv) rows() []row { return testkit.Outbox(e.t, e.db) }
+
+func (e *relayEnv) pending() int64 { return testkit.Pending(e.t, e.db) }
+
+// strikes returns the highest strike count and attempt count in the outbox,
+// and the dead count (in one cheap query: tests poll it).
+func (e *relayEnv) strikes() (maxStrikes, maxAttempts, dead int) {
+	e.t.Helper()
+	must(e.t, e.db.Raw(`SELECT coalesce(max(strikes), 0), coalesce(max(attempts), 0),
+  coalesce(sum(CASE WHEN dead_at IS NOT NULL THEN 1 ELSE 0 END), 0) FROM outbox_messages`).
+		Row().Scan(&maxStrikes, &maxAttempts, &dead))
+	return maxStrikes, maxAttempts, dead
+}
+
+// relay returns a relay on db (the writers' handle when nil), quiet unless
+// cfg has a logger.
+func (e *relayEnv) relay(db *gorm.DB, pub message.Publisher, cfg relay.Config) *relay.Relay {
+	e.t.Helper()
+	if db == nil {
+		db = e.db
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet()
+	}
+	r, err := relay.New(db, pub, cfg)
+	must(e.t, err)
+	return r
+}
+
+// run starts r and stops it when the test ends (or at stop). returned tells
+// whether Run returned before it was cancelled, which it never should.
+func (e *relayEnv) run(r *relay.Relay) (returned *atomic.Bool, stop func()) {
+	returned = &atomic.Bool{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil {
+			e.t.Errorf("Run returned %v", err)
+		}
+		returned.Store(ctx.Err() == nil)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				e.t.Error("Run did not return within 30s of cancel")
+			}
+		})
+	}
+	e.t.Cleanup(stop)
+	return returned, stop
+}
+
+func modeName(ordered bool) string {
+	return map[bool]string{false: "unordered", true: "ordered"}[ordered]
+}
+
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	testkit.Eventually(t, timeout, what, cond)
+}
