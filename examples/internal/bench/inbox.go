@@ -44,7 +44,7 @@ func runInbox(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	defer drop()
-	db, err := openGorm(dsn)
+	db, err := pgtest.OpenPool(dsn)
 	if err != nil {
 		return err
 	}

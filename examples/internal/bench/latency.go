@@ -89,7 +89,7 @@ func runLatency(fs *flag.FlagSet, args []string) error {
 }
 
 func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writers int) ([]time.Duration, error) {
-	db, err := openGorm(dsn)
+	db, err := pgtest.OpenPool(dsn)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +220,7 @@ func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writ
 // runLatencyChild is the relay process of the latency bench: it relays to a
 // timing publisher until SIGTERM, then prints "id unixnano" per message.
 func runLatencyChild() error {
-	db, err := openGorm(os.Getenv("HERALD_BENCH_DSN"))
+	db, err := pgtest.OpenPool(os.Getenv("HERALD_BENCH_DSN"))
 	if err != nil {
 		return err
 	}

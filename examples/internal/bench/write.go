@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -13,13 +12,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"gorm.io/driver/postgres"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/aggregate"
-	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
 )
@@ -39,7 +35,7 @@ func pcts(xs []float64) string {
 }
 
 type benchOrder struct {
-	ID     uuid.UUID `gorm:"type:uuid;primaryKey"`
+	ID     uuid.UUID `gorm:"type:varchar(36);primaryKey"`
 	Status string
 	Amount int
 	aggregate.Root
@@ -50,8 +46,8 @@ func (benchOrder) TableName() string { return "orders" }
 // benchLine is a child entity that reports its order's identity
 // (aggregate.Identified): its writers take the aggregate's lock first.
 type benchLine struct {
-	ID      uuid.UUID `gorm:"type:uuid;primaryKey"`
-	OrderID uuid.UUID `gorm:"type:uuid"`
+	ID      uuid.UUID `gorm:"type:varchar(36);primaryKey"`
+	OrderID uuid.UUID `gorm:"type:varchar(36)"`
 	aggregate.Root
 }
 
@@ -76,15 +72,15 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 	rounds := fs.Int("rounds", 3, "rounds; scenarios alternate within a round, the median round is reported")
 	only := fs.String("only", "", "run only the scenarios whose name contains this")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the measured rounds to this file")
+	dbName := fs.String("db", "postgres", "database: postgres, sqlite or mysql")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	ctx := context.Background()
-	admin, err := sql.Open("pgx", pgtest.DSN())
+	bdb, err := pickDB(*dbName)
 	if err != nil {
 		return err
 	}
-	defer admin.Close()
 
 	type scenario struct {
 		name string
@@ -98,12 +94,12 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 		}
 	}()
 	open := func(plugin bool) (*gorm.DB, error) {
-		dsn, drop, err := scratchSchema(admin)
+		dsn, drop, err := bdb.scratch()
 		if err != nil {
 			return nil, err
 		}
 		cleanups = append(cleanups, drop)
-		db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
+		db, err := bdb.open(dsn)
 		if err != nil {
 			return nil, err
 		}
@@ -139,6 +135,9 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	tracer := tp.Tracer("bench")
 	rawPlainDB, _ := rawPlain.DB()
 	rawOutboxDB, _ := rawOutbox.DB()
 
@@ -159,7 +158,7 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 				return err
 			}
 			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, status, amount) VALUES ($1, $2, $3)`, uuid.New(), "placed", 1500); err != nil {
+			if _, err := tx.ExecContext(ctx, bdb.rawInsert, uuid.NewString(), "placed", 1500); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -175,11 +174,10 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 				return err
 			}
 			defer tx.Rollback()
-			if _, err := tx.ExecContext(ctx, `INSERT INTO orders (id, status, amount) VALUES ($1, $2, $3)`, id, "placed", 1500); err != nil {
+			if _, err := tx.ExecContext(ctx, bdb.rawInsert, id.String(), "placed", 1500); err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, `INSERT INTO outbox_messages (id, type, aggregate_type, aggregate_id, topic, payload, occurred_at)
-				VALUES ($1, $2, $3, $4, $5, $6, $7)`, events.NewID(), "order.placed", "Order", id.String(), "order.placed", payload, time.Now()); err != nil {
+			if _, err := tx.ExecContext(ctx, bdb.rawOutboxInsert, bdb.rawOutboxArgs(id.String(), payload)...); err != nil {
 				return err
 			}
 			return tx.Commit()
@@ -190,6 +188,16 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 			l := &benchLine{ID: uuid.New(), OrderID: uuid.New()}
 			l.Record(orderPlaced{OrderID: l.OrderID, Amount: 1500})
 			return gormHerald.WithContext(ctx).Create(l).Error
+		}},
+		// Tracing on: a sampled request span in the context (the SDK, with no
+		// exporter), whose trace context the hook stores with the event. Every
+		// other scenario runs with tracing off (no span in the context).
+		{"GORM Create + Herald, traced request (SDK span)", func(ctx context.Context) error {
+			ctx, span := tracer.Start(ctx, "request")
+			defer span.End()
+			o := &benchOrder{ID: uuid.New(), Status: "placed", Amount: 1500}
+			o.Record(orderPlaced{OrderID: o.ID, Amount: 1500})
+			return gormHerald.WithContext(ctx).Create(o).Error
 		}},
 	}
 
@@ -225,7 +233,7 @@ func runWrite(fs *flag.FlagSet, args []string) error {
 	for i := range res {
 		m[i] = median(res[i])
 	}
-	fmt.Printf("Write path, %d writers, %d rounds of %s per scenario (median round)\n\n", *writers, *rounds, *dur)
+	fmt.Printf("Write path on %s, %d writers, %d rounds of %s per scenario (median round)\n\n", bdb.name, *writers, *rounds, *dur)
 	fmt.Println("| scenario | saves/s | p50 | p99 |")
 	fmt.Println("|---|---:|---:|---:|")
 	for i, s := range scenarios {
