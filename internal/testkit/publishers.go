@@ -385,3 +385,21 @@ func CheckOrder(t testing.TB, ids map[uuid.UUID][]uuid.UUID, got *Received) {
 		t.Fatalf("%d order violations", n)
 	}
 }
+
+// RunRouter runs r until the test ends, and returns once it is running.
+func RunRouter(t testing.TB, r *message.Router) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := r.Run(ctx); err != nil {
+			t.Errorf("router: %v", err)
+		}
+	}()
+	<-r.Running()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"os"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -116,89 +115,17 @@ func eventually(t *testing.T, timeout time.Duration, what string, cond func() bo
 	testkit.Eventually(t, timeout, what, cond)
 }
 
-// received records what a subscriber got, in order.
-type received struct {
-	mu   sync.Mutex
-	msgs []*message.Message
-	ids  map[string]int
-}
+type received = testkit.Received
 
-func (r *received) add(m *message.Message) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ids == nil {
-		r.ids = map[string]int{}
-	}
-	r.msgs = append(r.msgs, m)
-	r.ids[m.UUID]++
-}
-
-func (r *received) distinct() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.ids)
-}
-
-func (r *received) snapshot() []*message.Message {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]*message.Message(nil), r.msgs...)
-}
-
-// consume subscribes to topic and records every message, acking it.
 func consume(t *testing.T, sub message.Subscriber, topic string) *received {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	ch, err := sub.Subscribe(ctx, topic)
-	testkit.Must(t, err)
-	got := &received{}
-	go func() {
-		for m := range ch {
-			got.add(m)
-			m.Ack()
-		}
-	}()
-	return got
+	return testkit.Consume(t, sub, topic)
 }
 
-func idSet(m map[uuid.UUID][]uuid.UUID) map[string]bool {
-	out := map[string]bool{}
-	for _, ids := range m {
-		for _, id := range ids {
-			out[id.String()] = true
-		}
-	}
-	return out
-}
+func idSet(m map[uuid.UUID][]uuid.UUID) map[string]bool { return testkit.IDSet(m) }
 
-// checkOrder fails if the first deliveries of any aggregate's events arrived out
-// of their commit order. Redeliveries (duplicates) are allowed anywhere.
 func checkOrder(t *testing.T, ids map[uuid.UUID][]uuid.UUID, got *received) {
 	t.Helper()
-	first := map[string]int{}
-	for i, m := range got.snapshot() {
-		if _, ok := first[m.UUID]; !ok {
-			first[m.UUID] = i
-		}
-	}
-	bad := 0
-	for _, evs := range ids {
-		last := -1
-		for _, id := range evs {
-			pos, ok := first[id.String()]
-			if !ok {
-				continue
-			}
-			if pos < last {
-				bad++
-			}
-			last = pos
-		}
-	}
-	if bad > 0 {
-		t.Fatalf("%d order violations", bad)
-	}
+	testkit.CheckOrder(t, ids, got)
 }
 
 // Effect is what a consumer's handler does: one row per handled message.
@@ -222,19 +149,7 @@ func effectsOf(t *testing.T, db *gorm.DB) map[string]int {
 
 func runRouter(t *testing.T, r *message.Router) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := r.Run(ctx); err != nil {
-			t.Errorf("router: %v", err)
-		}
-	}()
-	<-r.Running()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	testkit.RunRouter(t, r)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {

@@ -309,19 +309,7 @@ func testInboxConsumerBadInputToPoisonQueue(t *testing.T, dl testkit.Dialect) {
 
 func runRouter(t *testing.T, r *message.Router) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := r.Run(ctx); err != nil {
-			t.Errorf("router: %v", err)
-		}
-	}()
-	<-r.Running()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
+	testkit.RunRouter(t, r)
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
