@@ -3,9 +3,10 @@ package inbox
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/components/cqrs"
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/heraldgo/herald/events"
@@ -21,19 +22,57 @@ import (
 // herald_type metadata key); any other value, and any message without
 // herald_type, is left to Fallback. Payloads are JSON (Herald's default codec).
 type CQRSMarshaler struct {
-	// Fallback names and reads what is not a Herald event. Defaults to
-	// cqrs.JSONMarshaler{} (the fully qualified struct name, in the "name"
-	// metadata key).
-	Fallback cqrs.CommandEventMarshaler
+	// Fallback names and reads what is not a Herald event; a
+	// cqrs.CommandEventMarshaler fits. Defaults to what cqrs.JSONMarshaler{}
+	// does: JSON payloads, named by the fully qualified struct name in the
+	// "name" metadata key.
+	Fallback Marshaler
 }
 
-var _ cqrs.CommandEventMarshaler = CQRSMarshaler{}
+// Marshaler is Watermill's cqrs.CommandEventMarshaler, spelled out so that
+// the inbox package does not import the cqrs component (and, through it,
+// protobuf) into every service that uses the inbox.
+type Marshaler interface {
+	// Marshal builds the message of v.
+	Marshal(v any) (*message.Message, error)
+	// Unmarshal decodes msg into v.
+	Unmarshal(msg *message.Message, v any) error
+	// Name returns the name v is routed by.
+	Name(v any) string
+	// NameFromMessage returns the name msg is routed by.
+	NameFromMessage(msg *message.Message) string
+}
 
-func (m CQRSMarshaler) fallback() cqrs.CommandEventMarshaler {
+var _ Marshaler = CQRSMarshaler{}
+
+func (m CQRSMarshaler) fallback() Marshaler {
 	if m.Fallback != nil {
 		return m.Fallback
 	}
-	return cqrs.JSONMarshaler{}
+	return jsonMarshaler{}
+}
+
+// jsonMarshaler behaves as cqrs.JSONMarshaler{}.
+type jsonMarshaler struct{}
+
+func (j jsonMarshaler) Marshal(v any) (*message.Message, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	msg := message.NewMessage(watermill.NewUUID(), b)
+	msg.Metadata.Set("name", j.Name(v))
+	return msg, nil
+}
+
+func (jsonMarshaler) Unmarshal(msg *message.Message, v any) error {
+	return json.Unmarshal(msg.Payload, v)
+}
+
+func (jsonMarshaler) Name(v any) string { return strings.TrimLeft(fmt.Sprintf("%T", v), "*") }
+
+func (jsonMarshaler) NameFromMessage(msg *message.Message) string {
+	return msg.Metadata.Get("name")
 }
 
 // Marshal builds the message of v: for a Herald event, the message the relay
