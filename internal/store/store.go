@@ -75,6 +75,8 @@ type Driver interface {
 	Inbox(t ident.Table) Inbox
 	// Relay returns the relay's operations on the outbox table t.
 	Relay(t ident.Table) Relay
+	// Admin returns the operations the people on call run on the outbox table t.
+	Admin(t ident.Table) Admin
 	// Waker returns the cross-process wake-ups, or nil without Caps.Listen.
 	Waker() Waker
 	// PermissionDenied reports whether err says the role may not do what it

@@ -1,0 +1,44 @@
+// Package admin is for the people on call: an http.Handler a service mounts to
+// see what its outbox holds and to requeue dead events, and the operations
+// behind it (Outbox), which the herald command runs too.
+//
+//	h, err := admin.New(db, admin.Config{AllowWrites: true, Wake: r.Wake})
+//	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", requireOperator(h)))
+//
+// The page is rendered on the server with html/template, with no JavaScript:
+// the figures per topic (pending, failing, dead, age of the oldest pending
+// event, events published in the last minute when a retention keeps them),
+// the dead events with their last errors, and, when Config.AllowWrites is
+// set, a requeue button per dead event and a requeue-all button. Its routes,
+// relative to where it is mounted (it links relatively, so any prefix works
+// through http.StripPrefix):
+//
+//	GET  /                  the page
+//	GET  /dead/{id}         one dead event, with its payload and metadata
+//	GET  /api/status        the page's data as JSON (Report)
+//	GET  /api/dead/{id}     one dead event as JSON (DeadEvent)
+//	POST /requeue           requeue the dead events named by the form's id fields
+//	POST /requeue-all       requeue every dead event
+//
+// The handler does no authentication: mount it behind the service's own.
+//
+// # Writes
+//
+// The handler is read-only unless Config.AllowWrites is set: without it the
+// page shows no buttons and a POST is refused with 403 Forbidden. The POST
+// routes answer a form with a redirect (303) to the page, which says what was
+// done, and a request that accepts application/json with JSON.
+//
+// # Cross-site request forgery
+//
+// POSTs go through the standard library's http.CrossOriginProtection (Go
+// 1.25): a browser tells the server where a request comes from (the
+// Sec-Fetch-Site header, or failing that Origin, compared with Host), and a
+// POST from another origin is refused with 403 Forbidden. It needs no token,
+// no cookie and no session, so the handler stays stateless and works behind
+// any prefix and any authentication; a request with neither header does not
+// come from a browser, so it cannot carry a victim's credentials and is let
+// through. Origins that may POST besides the page's own (a console on another
+// host) are listed in Config.TrustedOrigins. The page also forbids framing
+// (clickjacking) and runs no script (Content-Security-Policy).
+package admin

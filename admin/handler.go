@@ -1,0 +1,376 @@
+package admin
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+)
+
+//go:embed templates/*.html
+var templates embed.FS
+
+// Handler is the admin page (see the package doc for its routes). It is safe
+// for concurrent use.
+type Handler struct {
+	o    *Outbox
+	cfg  Config
+	next http.Handler // the routes behind the cross-origin protection
+	page *template.Template
+	one  *template.Template
+}
+
+// Report is the page's data, served as JSON at api/status.
+type Report struct {
+	// Status is the figures, per topic and in total.
+	Status Status `json:"status"`
+	// Dead are up to Config.DeadLimit dead events, oldest death first,
+	// without payloads (api/dead/{id} has them); Status.Total.Dead counts all.
+	Dead []DeadEvent `json:"dead"`
+	// Writes tells whether the page may requeue (Config.AllowWrites).
+	Writes bool `json:"writes"`
+}
+
+// New returns the admin page for the outbox table cfg.Table of db. It does
+// not look for the table: the page reports a missing table (it may be created
+// after the handler, when the outbox hook is registered).
+func New(db *gorm.DB, cfg Config) (*Handler, error) {
+	o, err := newOutbox(db, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	h := &Handler{o: o, cfg: cfg}
+	funcs := template.FuncMap{
+		"age":  func(s float64) string { return Age(time.Duration(s * float64(time.Second))) },
+		"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"clip": clip,
+		"short": func(id string) string {
+			if len(id) == 36 {
+				return id[:8] + "…" + id[30:]
+			}
+			return id
+		},
+		"ago": func(now, t time.Time) string { return Age(max(0, now.Sub(t)).Truncate(time.Second)) + " ago" },
+	}
+	h.page = template.Must(template.New("page.html").Funcs(funcs).ParseFS(templates, "templates/page.html", "templates/base.html"))
+	h.one = template.Must(template.New("dead.html").Funcs(funcs).ParseFS(templates, "templates/dead.html", "templates/base.html"))
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", h.servePage)
+	mux.HandleFunc("GET /dead/{id}", h.serveDead)
+	mux.HandleFunc("GET /api/status", h.serveStatus)
+	mux.HandleFunc("GET /api/dead/{id}", h.serveDeadJSON)
+	mux.HandleFunc("POST /requeue", h.write(h.requeue))
+	mux.HandleFunc("POST /requeue-all", h.write(h.requeueAll))
+	cop := http.NewCrossOriginProtection()
+	for _, origin := range cfg.TrustedOrigins {
+		_ = cop.AddTrustedOrigin(origin) // checked by Validate
+	}
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o.log.Warn("admin: cross-origin request refused", "method", r.Method, "path", r.URL.Path,
+			"origin", r.Header.Get("Origin"), "sec_fetch_site", r.Header.Get("Sec-Fetch-Site"))
+		http.Error(w, "admin: cross-origin request refused", http.StatusForbidden)
+	}))
+	h.next = cop.Handler(mux)
+	return h, nil
+}
+
+// Outbox returns the operations behind the page.
+func (h *Handler) Outbox() *Outbox { return h.o }
+
+// ServeHTTP serves the page and its routes.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	hd := w.Header()
+	hd.Set("Cache-Control", "no-store")
+	hd.Set("X-Content-Type-Options", "nosniff")
+	hd.Set("X-Frame-Options", "DENY")
+	hd.Set("Referrer-Policy", "same-origin")
+	hd.Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	if r.URL.Path == "" {
+		// Mounted with http.StripPrefix and asked for the prefix itself:
+		// the page links relatively, so it must be served at prefix/.
+		u := *r.URL
+		if p, err := url.ParseRequestURI(r.RequestURI); err == nil {
+			u.Path, u.RawPath = p.Path+"/", ""
+		} else {
+			u.Path = "/"
+		}
+		http.Redirect(w, r, u.RequestURI(), http.StatusMovedPermanently)
+		return
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// pageData is what page.html renders.
+type pageData struct {
+	Config Config
+	Report
+	Flash, Error string
+	More         int64 // dead events not listed
+}
+
+func (h *Handler) report(ctx context.Context) (Report, error) {
+	st, err := h.o.Status(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	dead, err := h.o.Dead(ctx, DeadFilter{}, h.cfg.DeadLimit)
+	if err != nil {
+		return Report{}, err
+	}
+	if dead == nil {
+		dead = []DeadEvent{}
+	}
+	return Report{Status: st, Dead: dead, Writes: h.cfg.AllowWrites}, nil
+}
+
+func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
+	d := pageData{Config: h.cfg, Flash: flash(r.URL.Query())}
+	rep, err := h.report(r.Context())
+	if err != nil {
+		h.o.log.Error("admin: read the outbox", "err", err)
+		d.Error = err.Error()
+		h.render(w, h.page, http.StatusInternalServerError, d)
+		return
+	}
+	d.Report = rep
+	d.More = rep.Status.Total.Dead - int64(len(rep.Dead))
+	h.render(w, h.page, http.StatusOK, d)
+}
+
+// flash says what the last POST did, from the query its redirect carries.
+func flash(q url.Values) string {
+	if v := q.Get("requeued"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil && n >= 0 {
+			return "Requeued " + plural(n, "dead event") + ": the relays publish them now."
+		}
+	}
+	if v := q.Get("notdead"); v != "" {
+		if id, err := uuid.Parse(v); err == nil {
+			return "Event " + id.String() + " is not dead (requeued or purged since): nothing was requeued."
+		}
+		return "Some of the events are not dead (requeued or purged since): nothing was requeued."
+	}
+	return ""
+}
+
+// deadData is what dead.html renders.
+type deadData struct {
+	Config         Config
+	Event          DeadEvent
+	Writes         bool
+	Payload, Error string
+	Metadata       string
+}
+
+func (h *Handler) serveDead(w http.ResponseWriter, r *http.Request) {
+	d := deadData{Config: h.cfg, Writes: h.cfg.AllowWrites}
+	e, status, err := h.deadEvent(r)
+	if err != nil {
+		d.Error = err.Error()
+		h.render(w, h.one, status, d)
+		return
+	}
+	d.Event, d.Payload, d.Metadata = e, indent(e.Payload), indent(e.Metadata)
+	h.render(w, h.one, http.StatusOK, d)
+}
+
+// deadEvent reads the dead event the path names, or says why not with an
+// HTTP status.
+func (h *Handler) deadEvent(r *http.Request) (DeadEvent, int, error) {
+	id, err := parseID(r.PathValue("id"))
+	if err != nil {
+		return DeadEvent{}, http.StatusBadRequest, err
+	}
+	e, err := h.o.DeadEvent(r.Context(), id)
+	switch {
+	case errors.Is(err, ErrNotDead):
+		return DeadEvent{}, http.StatusNotFound, err
+	case err != nil:
+		h.o.log.Error("admin: read a dead event", "id", id, "err", err)
+		return DeadEvent{}, http.StatusInternalServerError, err
+	}
+	return e, http.StatusOK, nil
+}
+
+func (h *Handler) serveStatus(w http.ResponseWriter, r *http.Request) {
+	rep, err := h.report(r.Context())
+	if err != nil {
+		h.o.log.Error("admin: read the outbox", "err", err)
+		writeJSON(w, http.StatusInternalServerError, jsonError{err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, rep)
+}
+
+func (h *Handler) serveDeadJSON(w http.ResponseWriter, r *http.Request) {
+	e, status, err := h.deadEvent(r)
+	if err != nil {
+		writeJSON(w, status, jsonError{err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, e)
+}
+
+// jsonError is how the JSON routes report an error.
+type jsonError struct {
+	Error string `json:"error"`
+}
+
+// requeued is what the POST routes answer a JSON client.
+type requeued struct {
+	Requeued int64 `json:"requeued"`
+}
+
+// write guards a POST route: refused unless Config.AllowWrites.
+func (h *Handler) write(f func(http.ResponseWriter, *http.Request)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !h.cfg.AllowWrites {
+			http.Error(w, "admin: read-only: writes are off (admin.Config.AllowWrites)", http.StatusForbidden)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+		f(w, r)
+	}
+}
+
+func (h *Handler) requeue(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		h.fail(w, r, http.StatusBadRequest, fmt.Errorf("admin: requeue: %w", err))
+		return
+	}
+	var ids []uuid.UUID
+	for _, s := range r.PostForm["id"] {
+		id, err := parseID(s)
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		ids = append(ids, id)
+	}
+	if len(ids) == 0 {
+		h.fail(w, r, http.StatusBadRequest, errors.New("admin: requeue: no id given"))
+		return
+	}
+	n, err := h.o.Requeue(r.Context(), ids...)
+	switch {
+	case errors.Is(err, ErrNotDead):
+		if wantsJSON(r) {
+			writeJSON(w, http.StatusNotFound, jsonError{err.Error()})
+			return
+		}
+		which := "several"
+		if len(ids) == 1 {
+			which = ids[0].String()
+		}
+		redirect(w, "notdead", which)
+		return
+	case err != nil:
+		h.o.log.Error("admin: requeue", "err", err)
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	h.o.log.Info("admin: requeued", "ids", ids)
+	h.done(w, r, n)
+}
+
+func (h *Handler) requeueAll(w http.ResponseWriter, r *http.Request) {
+	n, err := h.o.RequeueAll(r.Context())
+	if err != nil {
+		h.o.log.Error("admin: requeue all", "err", err)
+		h.fail(w, r, http.StatusInternalServerError, err)
+		return
+	}
+	h.o.log.Info("admin: requeued all", "n", n)
+	h.done(w, r, n)
+}
+
+// done answers a POST that requeued n events.
+func (h *Handler) done(w http.ResponseWriter, r *http.Request, n int64) {
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, requeued{n})
+		return
+	}
+	redirect(w, "requeued", strconv.FormatInt(n, 10))
+}
+
+// fail answers a POST that failed.
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, err error) {
+	if wantsJSON(r) {
+		writeJSON(w, status, jsonError{err.Error()})
+		return
+	}
+	http.Error(w, err.Error(), status)
+}
+
+// redirect sends the browser back to the page (the POST routes sit beside
+// it), saying what was done. The Location stays relative (http.Redirect
+// would resolve it against the path left by http.StripPrefix, losing the
+// prefix).
+func redirect(w http.ResponseWriter, key, value string) {
+	w.Header().Set("Location", "./?"+url.Values{key: {value}}.Encode())
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+func wantsJSON(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+// parseID reads an event id.
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("admin: %q is not an event id (a UUID)", s)
+	}
+	return id, nil
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json; charset=utf-8")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func (h *Handler) render(w http.ResponseWriter, t *template.Template, status int, data any) {
+	var buf bytes.Buffer
+	if err := t.Execute(&buf, data); err != nil {
+		h.o.log.Error("admin: render the page", "err", err)
+		http.Error(w, "admin: render the page: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// indent returns JSON indented for reading.
+func indent(b json.RawMessage) string {
+	var buf bytes.Buffer
+	if json.Indent(&buf, b, "", "  ") != nil {
+		return string(b)
+	}
+	return buf.String()
+}
+
+// clip shortens s to n runes on one line.
+func clip(n int, s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}

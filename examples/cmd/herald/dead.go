@@ -1,0 +1,353 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/admin"
+	"github.com/heraldgo/herald/internal/ident"
+)
+
+func (c *cli) deadList(args []string) int {
+	fs := c.flags("dead list", `dead list [--type T] [--older-than D] [--limit N] [--json] [--table T]
+
+Lists the dead events, oldest death first: id, type, aggregate, attempts,
+strikes (failures confirmed by a later publish), when it died, last error.`)
+	typ := fs.String("type", "", "only events of this type")
+	olderThan := fs.String("older-than", "", "only events that died more than this long ago (90m, 36h, 7d)")
+	limit := fs.Int("limit", 100, "list at most this many")
+	asJSON := fs.Bool("json", false, "print JSON (without payloads: dead show has them)")
+	pos, err := c.parse(fs, args, true)
+	if err != nil {
+		return c.usageError(err)
+	}
+	if pos == nil {
+		return exitOK
+	}
+	if len(pos) > 0 {
+		return c.usageError(fmt.Errorf("unexpected argument %q", pos[0]))
+	}
+	age, err := parseAge(*olderThan, false)
+	if err != nil {
+		return c.usageError(fmt.Errorf("--older-than: %w", err))
+	}
+	if *limit <= 0 {
+		return c.usageError(errors.New("--limit must be positive"))
+	}
+	o, done, err := c.open(admin.Config{})
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	evs, err := o.Dead(c.ctx, admin.DeadFilter{Type: *typ, OlderThan: age}, *limit)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		if evs == nil {
+			evs = []admin.DeadEvent{}
+		}
+		c.printJSON(evs)
+		return exitOK
+	}
+	if len(evs) == 0 {
+		c.printf("no dead events\n")
+		return exitOK
+	}
+	c.printDead(evs)
+	if len(evs) == *limit {
+		c.printf("\n(the first %d; --limit shows more)\n", *limit)
+	}
+	return exitOK
+}
+
+// printDead lists evs, one line each.
+func (c *cli) printDead(evs []admin.DeadEvent) {
+	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
+	_, _ = fmt.Fprintln(tw, "ID\tTYPE\tAGGREGATE\tATTEMPTS\tSTRIKES\tDIED\tLAST ERROR")
+	for _, e := range evs {
+		agg := e.Aggregate()
+		if agg == "" {
+			agg = "-"
+		}
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.Type, agg, e.Attempts, e.Strikes,
+			e.DeadAt.Format("2006-01-02 15:04:05Z"), clip(100, e.LastError))
+	}
+	_ = tw.Flush()
+}
+
+func (c *cli) deadShow(args []string) int {
+	fs := c.flags("dead show", `dead show [--json] [--table T] ID
+
+Shows one dead event: its envelope, attempts, last error, metadata and payload.`)
+	asJSON := fs.Bool("json", false, "print JSON")
+	pos, err := c.parse(fs, args, true)
+	if err != nil {
+		return c.usageError(err)
+	}
+	if pos == nil {
+		return exitOK
+	}
+	if len(pos) != 1 {
+		return c.usageError(errors.New("give one event id"))
+	}
+	id, err := parseID(pos[0])
+	if err != nil {
+		return c.usageError(err)
+	}
+	o, done, err := c.open(admin.Config{})
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	e, err := o.DeadEvent(c.ctx, id)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		c.printJSON(e)
+		return exitOK
+	}
+	agg := e.Aggregate()
+	if agg == "" {
+		agg = "none"
+	}
+	c.printf("id:           %s\n", e.ID)
+	c.printf("type:         %s (version %d)\n", e.Type, e.Version)
+	c.printf("topic:        %s\n", e.Topic)
+	c.printf("aggregate:    %s\n", agg)
+	c.printf("occurred at:  %s\n", e.OccurredAt.Format(time.RFC3339Nano))
+	c.printf("attempts:     %d (%d strikes)\n", e.Attempts, e.Strikes)
+	c.printf("died at:      %s\n", e.DeadAt.Format(time.RFC3339Nano))
+	c.printf("last error:   %s\n", strings.ReplaceAll(e.LastError, "\n", "\n              "))
+	c.printf("metadata:\n%s\n", indent(e.Metadata))
+	c.printf("payload:\n%s\n", indent(e.Payload))
+	return exitOK
+}
+
+func (c *cli) requeue(args []string) int {
+	fs := c.flags("requeue", `requeue [--dry-run] [--table T] ID...
+       herald requeue [--dry-run] [--table T] --type T
+       herald requeue [--dry-run] [--table T] --all
+
+Makes dead events pending again, due now, with their attempts and strikes
+reset; the relays publish them at their next poll (on PostgreSQL they are
+woken at once, through --channel). Given ids, it requeues all of them or, when one is not a
+dead event, none.`)
+	typ := fs.String("type", "", "requeue every dead event of this type")
+	all := fs.Bool("all", false, "requeue every dead event")
+	dryRun := fs.Bool("dry-run", false, "say what would be requeued, and requeue nothing")
+	channel := fs.String("channel", "herald_outbox", "PostgreSQL: the LISTEN/NOTIFY channel that wakes the relays (relay.Config.Channel)")
+	pos, err := c.parse(fs, args, true)
+	if err != nil {
+		return c.usageError(err)
+	}
+	if pos == nil {
+		return exitOK
+	}
+	if _, err := ident.ParseName(*channel); err != nil {
+		return c.usageError(fmt.Errorf("--channel: %w", err))
+	}
+	modes := 0
+	for _, on := range []bool{len(pos) > 0, *typ != "", *all} {
+		if on {
+			modes++
+		}
+	}
+	if modes != 1 {
+		return c.usageError(errors.New("give event ids, --type T or --all (one of them)"))
+	}
+	var ids []uuid.UUID
+	for _, s := range pos {
+		id, err := parseID(s)
+		if err != nil {
+			return c.usageError(err)
+		}
+		ids = append(ids, id)
+	}
+	o, done, err := c.open(admin.Config{Channel: *channel})
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+
+	what := ""
+	if *typ != "" {
+		what = " of type " + *typ
+	}
+	if *dryRun {
+		evs, err := o.Dead(c.ctx, admin.DeadFilter{IDs: ids, Type: *typ}, dryRunLimit)
+		if err != nil {
+			return c.fail(err)
+		}
+		if len(ids) > 0 {
+			if missing := notFound(ids, evs); len(missing) > 0 {
+				return c.fail(fmt.Errorf("%w: %s (nothing would be requeued)", admin.ErrNotDead, strings.Join(missing, ", ")))
+			}
+		}
+		return c.dryRun(evs, "requeue", what)
+	}
+	var n int64
+	switch {
+	case len(ids) > 0:
+		n, err = o.Requeue(c.ctx, ids...)
+	case *typ != "":
+		n, err = o.RequeueType(c.ctx, *typ)
+	default:
+		n, err = o.RequeueAll(c.ctx)
+	}
+	if err != nil {
+		return c.fail(err)
+	}
+	c.printf("requeued %s%s\n", plural(n, "dead event"), what)
+	return exitOK
+}
+
+// dryRunLimit is how many events a dry run lists.
+const dryRunLimit = 1000
+
+// dryRun lists evs, which a verb (requeue, purge) would take, and how many.
+func (c *cli) dryRun(evs []admin.DeadEvent, verb, what string) int {
+	if len(evs) == 0 {
+		c.printf("dry run: no dead events%s to %s\n", what, verb)
+		return exitOK
+	}
+	c.printDead(evs)
+	count := plural(int64(len(evs)), "dead event")
+	if len(evs) == dryRunLimit {
+		count = "at least " + count
+	}
+	c.printf("\ndry run: would %s %s%s\n", verb, count, what)
+	return exitOK
+}
+
+// notFound returns the ids not among evs.
+func notFound(ids []uuid.UUID, evs []admin.DeadEvent) []string {
+	found := map[string]bool{}
+	for _, e := range evs {
+		found[e.ID] = true
+	}
+	var out []string
+	for _, id := range ids {
+		if !found[id.String()] {
+			out = append(out, id.String())
+			found[id.String()] = true
+		}
+	}
+	return out
+}
+
+func (c *cli) purgeDead(args []string) int {
+	fs := c.flags("purge-dead", `purge-dead --older-than D [--dry-run] [--table T]
+
+Deletes the dead events that died more than D ago (90m, 36h, 7d; 0 for every
+dead event). Pending and published events are never touched.`)
+	olderThan := fs.String("older-than", "", "delete the dead events that died more than this long ago (required)")
+	dryRun := fs.Bool("dry-run", false, "say what would be deleted, and delete nothing")
+	pos, err := c.parse(fs, args, true)
+	if err != nil {
+		return c.usageError(err)
+	}
+	if pos == nil {
+		return exitOK
+	}
+	if len(pos) > 0 {
+		return c.usageError(fmt.Errorf("unexpected argument %q", pos[0]))
+	}
+	age, err := parseAge(*olderThan, true)
+	if err != nil {
+		return c.usageError(fmt.Errorf("--older-than: %w", err))
+	}
+	o, done, err := c.open(admin.Config{})
+	if err != nil {
+		return c.fail(err)
+	}
+	defer done()
+	what := " that died more than " + *olderThan + " ago"
+	if *dryRun {
+		evs, err := o.Dead(c.ctx, admin.DeadFilter{OlderThan: age}, dryRunLimit)
+		if err != nil {
+			return c.fail(err)
+		}
+		return c.dryRun(evs, "purge", what)
+	}
+	n, err := o.PurgeDead(c.ctx, age)
+	if err != nil {
+		return c.fail(err)
+	}
+	c.printf("purged %s%s\n", plural(n, "dead event"), what)
+	return exitOK
+}
+
+// parseAge reads a duration as Go writes them (90m, 36h) or in days (7d).
+// Empty is 0, unless required.
+func parseAge(s string, required bool) (time.Duration, error) {
+	if s == "" {
+		if required {
+			return 0, errors.New("required (90m, 36h, 7d)")
+		}
+		return 0, nil
+	}
+	var (
+		d   time.Duration
+		err error
+	)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n float64
+		if n, err = strconv.ParseFloat(days, 64); err == nil {
+			d = time.Duration(n * 24 * float64(time.Hour))
+		}
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (90m, 36h, 7d)", s)
+	}
+	if d < 0 {
+		return 0, fmt.Errorf("%q is negative", s)
+	}
+	return d, nil
+}
+
+// parseID reads an event id.
+func parseID(s string) (uuid.UUID, error) {
+	id, err := uuid.Parse(s)
+	if err != nil {
+		return uuid.Nil, fmt.Errorf("%q is not an event id (a UUID)", s)
+	}
+	return id, nil
+}
+
+// plural returns "1 thing" or "n things".
+func plural(n int64, thing string) string {
+	if n == 1 {
+		return "1 " + thing
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
+
+// clip shortens s to n runes on one line.
+func clip(n int, s string) string {
+	s = oneLine(s)
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
+}
+
+// indent returns JSON indented by two spaces, each line indented too.
+func indent(b json.RawMessage) string {
+	var buf bytes.Buffer
+	if json.Indent(&buf, b, "  ", "  ") != nil {
+		return "  " + string(b)
+	}
+	return "  " + buf.String()
+}

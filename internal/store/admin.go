@@ -1,0 +1,113 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+)
+
+// TopicStats are one topic's figures.
+type TopicStats struct {
+	Topic string
+	// Pending, Failing and Dead count as Stats does: events neither published
+	// nor dead, those of them with a failed attempt, and dead events.
+	Pending, Failing, Dead int64
+	// OldestPending is the age of the topic's oldest pending event, by the
+	// database's clock (since its insert, as Stats); 0 when none is pending.
+	OldestPending time.Duration
+	// PublishedLastMinute counts the published events kept for the retention
+	// (processed_at set) that were published within the last minute, by the
+	// database's clock. Without a retention published rows are deleted and it
+	// is 0.
+	PublishedLastMinute int64
+}
+
+// DeadFilter picks dead events; its conditions are ANDed, and the zero filter
+// picks every dead event.
+type DeadFilter struct {
+	// IDs: only these events, when not empty.
+	IDs []string
+	// Type: only events of this type, when not empty.
+	Type string
+	// OlderThan: only events that died more than this long ago (by the
+	// database's clock), when > 0.
+	OlderThan time.Duration
+}
+
+// Admin is what the people on call do on one outbox table (the herald command
+// and the admin page), beside what Relay offers them (Stats, Dead, Requeue,
+// RequeueAll, which the implementations reuse). The writes run in a
+// transaction of their own, begun on db as suits the database (MySQL: READ
+// COMMITTED, so that they take no gap locks and pass over the rows relays
+// have claimed instead of waiting for them).
+type Admin interface {
+	// Topics returns the figures of every topic that has pending or dead
+	// events, or events published within the last minute that the retention
+	// keeps, in topic order.
+	Topics(ctx context.Context, x Execer) ([]TopicStats, error)
+	// RetainsPublished reports whether the table keeps published events
+	// (some row has processed_at set): only then does
+	// TopicStats.PublishedLastMinute count anything.
+	RetainsPublished(ctx context.Context, x Execer) (bool, error)
+	// FindDead lists up to limit dead events f picks, oldest death first.
+	FindDead(ctx context.Context, x Execer, f DeadFilter, limit int) ([]DeadRow, error)
+	// RequeueIDs makes the dead events ids pending again (as Relay.Requeue)
+	// in one transaction, all of them or, when some id is not a dead event,
+	// none: it then returns those ids.
+	RequeueIDs(ctx context.Context, db DB, ids []string) (notDead []string, err error)
+	// RequeueType makes every dead event of type typ pending again (as
+	// Relay.Requeue) and returns how many.
+	RequeueType(ctx context.Context, db DB, typ string) (int64, error)
+	// RequeueAll makes every dead event pending again (Relay.RequeueAll) and
+	// returns how many.
+	RequeueAll(ctx context.Context, db DB) (int64, error)
+	// PurgeDead deletes up to limit dead events that died more than olderThan
+	// ago (by the database's clock) and returns how many. It never touches
+	// pending or published events.
+	PurgeDead(ctx context.Context, db DB, olderThan time.Duration, limit int) (int64, error)
+}
+
+// InTx runs f in a transaction begun on db with opts, committed when f
+// returns nil and rolled back otherwise.
+func InTx(ctx context.Context, db DB, opts *sql.TxOptions, f func(tx Execer) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}
+
+// errNotAll rolls back a RequeueEach transaction in which some id was not a
+// dead event.
+var errNotAll = errors.New("not every id is a dead event")
+
+// RequeueEach is RequeueIDs on top of rel's Requeue: in one transaction begun
+// on db with opts, each id requeued; when some id is not a dead event, the
+// transaction is rolled back and those ids are returned.
+func RequeueEach(ctx context.Context, db DB, opts *sql.TxOptions, rel Relay, ids []string) ([]string, error) {
+	var notDead []string
+	err := InTx(ctx, db, opts, func(tx Execer) error {
+		for _, id := range ids {
+			ok, err := rel.Requeue(ctx, tx, id)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				notDead = append(notDead, id)
+			}
+		}
+		if len(notDead) > 0 {
+			return errNotAll
+		}
+		return nil
+	})
+	if errors.Is(err, errNotAll) {
+		return notDead, nil
+	}
+	return nil, err
+}

@@ -1,0 +1,182 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Admin returns the operations the people on call run on the outbox table t.
+func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
+
+// requeueSet makes a dead event pending again, as the relay's Requeue does.
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now()`
+
+type admin struct {
+	t   ident.Table
+	rel store.Relay
+	q   struct{ topics, published, retains, findDead, requeueType, purge string }
+}
+
+func newAdmin(t ident.Table) *admin {
+	a := &admin{t: t, rel: newRelay(t)}
+	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet)
+	// Unpublished rows only (pending and dead), by topic; the published rows a
+	// retention keeps are counted apart, through the processed index.
+	a.q.topics = rep.Replace(`SELECT topic,
+  count(*) FILTER (WHERE dead_at IS NULL),
+  count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),
+  count(*) FILTER (WHERE dead_at IS NOT NULL),
+  extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))
+FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
+	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= now() - interval '1 minute' GROUP BY topic`)
+	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
+	a.q.findDead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL {where} ORDER BY o.dead_at, o.seq LIMIT {limit}`)
+	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = $1`)
+	a.q.purge = rep.Replace(`DELETE FROM {t} WHERE id IN (
+  SELECT id FROM {t} WHERE dead_at < now() - $1::float8 * interval '1 microsecond' LIMIT $2)`)
+	return a
+}
+
+func (a *admin) Topics(ctx context.Context, x store.Execer) ([]store.TopicStats, error) {
+	byTopic := map[string]*store.TopicStats{}
+	rows, err := x.QueryContext(ctx, a.q.topics)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var (
+			s   store.TopicStats
+			age sql.NullFloat64
+		)
+		if err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
+			return nil, err
+		}
+		if age.Valid {
+			s.OldestPending = time.Duration(age.Float64 * float64(time.Second))
+		}
+		byTopic[s.Topic] = &s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := countPublished(ctx, x, a.q.published, byTopic); err != nil {
+		return nil, err
+	}
+	return sortedTopics(byTopic), nil
+}
+
+// countPublished adds the counts of q (topic, count) to byTopic.
+func countPublished(ctx context.Context, x store.Execer, q string, byTopic map[string]*store.TopicStats) error {
+	rows, err := x.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var (
+			topic string
+			n     int64
+		)
+		if err := rows.Scan(&topic, &n); err != nil {
+			return err
+		}
+		s := byTopic[topic]
+		if s == nil {
+			s = &store.TopicStats{Topic: topic}
+			byTopic[topic] = s
+		}
+		s.PublishedLastMinute = n
+	}
+	return rows.Err()
+}
+
+func sortedTopics(byTopic map[string]*store.TopicStats) []store.TopicStats {
+	out := make([]store.TopicStats, 0, len(byTopic))
+	for _, s := range byTopic {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
+	return out
+}
+
+func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, error) {
+	var ok bool
+	err := queryRow(ctx, x, a.q.retains, nil, &ok)
+	return ok, err
+}
+
+func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.DeadRow, error) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if len(f.IDs) > 0 {
+		where = append(where, "o.id = ANY("+arg(f.IDs)+"::uuid[])")
+	}
+	if f.Type != "" {
+		where = append(where, "o.type = "+arg(f.Type))
+	}
+	if f.OlderThan > 0 {
+		where = append(where, "o.dead_at < now() - "+arg(float64(f.OlderThan.Microseconds()))+"::float8 * interval '1 microsecond'")
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = "AND " + strings.Join(where, " AND ")
+	}
+	q := strings.NewReplacer("{where}", cond, "{limit}", arg(limit)).Replace(a.q.findDead)
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []store.DeadRow
+	for rows.Next() {
+		var (
+			d       store.DeadRow
+			lastErr sql.NullString
+		)
+		c, err := scanClaimed(rows, &lastErr, &d.DeadAt)
+		if err != nil {
+			return nil, err
+		}
+		d.Claimed, d.LastError = c, lastErr.String
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
+	return store.RequeueEach(ctx, db, nil, a.rel, ids)
+}
+
+func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {
+	res, err := db.ExecContext(ctx, a.q.requeueType, typ)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
+	return a.rel.RequeueAll(ctx, db)
+}
+
+func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
+	res, err := db.ExecContext(ctx, a.q.purge, float64(olderThan.Microseconds()), limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}

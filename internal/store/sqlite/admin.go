@@ -1,0 +1,192 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Admin returns the operations the people on call run on the outbox table t.
+func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
+
+// requeueSet makes a dead event pending again, as the relay's Requeue does.
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now
+
+type admin struct {
+	t   ident.Table
+	rel store.Relay
+	q   struct{ topics, published, retains, findDead, requeueType, purge string }
+}
+
+func newAdmin(t ident.Table) *admin {
+	a := &admin{t: t, rel: newRelay(t)}
+	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet, "{now}", Now)
+	// Unpublished rows only (pending and dead), by topic; the published rows a
+	// retention keeps are counted apart, through the processed index.
+	a.q.topics = rep.Replace(`SELECT topic,
+  coalesce(sum(dead_at IS NULL), 0),
+  coalesce(sum(dead_at IS NULL AND attempts > 0), 0),
+  coalesce(sum(dead_at IS NOT NULL), 0),
+  {now} - min(CASE WHEN dead_at IS NULL THEN created_at END)
+FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
+	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= {now} - 60000000 GROUP BY topic`)
+	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
+	a.q.findDead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL {where} ORDER BY dead_at, seq LIMIT ?`)
+	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = ?`)
+	a.q.purge = rep.Replace(`DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE dead_at < {now} - ? LIMIT ?)`)
+	return a
+}
+
+func (a *admin) Topics(ctx context.Context, x store.Execer) ([]store.TopicStats, error) {
+	byTopic := map[string]*store.TopicStats{}
+	rows, err := x.QueryContext(ctx, a.q.topics)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var (
+			s   store.TopicStats
+			age sql.NullInt64
+		)
+		if err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
+			return nil, err
+		}
+		if age.Valid {
+			s.OldestPending = time.Duration(age.Int64) * time.Microsecond
+		}
+		byTopic[s.Topic] = &s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := adminCountPublished(ctx, x, a.q.published, byTopic); err != nil {
+		return nil, err
+	}
+	return adminSortedTopics(byTopic), nil
+}
+
+// adminCountPublished adds the counts of q (topic, count) to byTopic.
+func adminCountPublished(ctx context.Context, x store.Execer, q string, byTopic map[string]*store.TopicStats) error {
+	rows, err := x.QueryContext(ctx, q)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var (
+			topic string
+			n     int64
+		)
+		if err := rows.Scan(&topic, &n); err != nil {
+			return err
+		}
+		s := byTopic[topic]
+		if s == nil {
+			s = &store.TopicStats{Topic: topic}
+			byTopic[topic] = s
+		}
+		s.PublishedLastMinute = n
+	}
+	return rows.Err()
+}
+
+func adminSortedTopics(byTopic map[string]*store.TopicStats) []store.TopicStats {
+	out := make([]store.TopicStats, 0, len(byTopic))
+	for _, s := range byTopic {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
+	return out
+}
+
+func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, error) {
+	rows, err := x.QueryContext(ctx, a.q.retains)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rows.Close() }()
+	var ok bool
+	if rows.Next() {
+		if err := rows.Scan(&ok); err != nil {
+			return false, err
+		}
+	}
+	return ok, rows.Err()
+}
+
+func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.DeadRow, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if len(f.IDs) > 0 {
+		where = append(where, "id IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.IDs)), ", ")+")")
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
+	if f.Type != "" {
+		where = append(where, "type = ?")
+		args = append(args, f.Type)
+	}
+	if f.OlderThan > 0 {
+		where = append(where, "dead_at < "+Now+" - ?")
+		args = append(args, f.OlderThan.Microseconds())
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = "AND " + strings.Join(where, " AND ")
+	}
+	rows, err := x.QueryContext(ctx, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit)...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []store.DeadRow
+	for rows.Next() {
+		var (
+			d                 store.DeadRow
+			payload, metadata string
+			occurred, deadAt  int64
+			lastErr           sql.NullString
+		)
+		if err := rows.Scan(&d.ID, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &payload, &metadata,
+			&occurred, &d.Attempts, &d.Strikes, &lastErr, &deadAt); err != nil {
+			return nil, err
+		}
+		d.Payload, d.Metadata = []byte(payload), []byte(metadata)
+		d.OccurredAt, d.DeadAt, d.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(deadAt).UTC(), lastErr.String
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
+	return store.RequeueEach(ctx, db, nil, a.rel, ids)
+}
+
+func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {
+	res, err := db.ExecContext(ctx, a.q.requeueType, typ)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
+	return a.rel.RequeueAll(ctx, db)
+}
+
+func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
+	res, err := db.ExecContext(ctx, a.q.purge, olderThan.Microseconds(), limit)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
