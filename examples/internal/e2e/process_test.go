@@ -121,7 +121,7 @@ func threeOrderedRelaysOneKilled(t *testing.T, d testkit.Dialect) {
 		}
 	}
 	total := 40 * 41
-	eventually(t, 60*time.Second, fmt.Sprintf("%d events", total), func() bool { return got.distinct() == total })
+	eventually(t, 60*time.Second, fmt.Sprintf("%d events", total), func() bool { return got.Distinct() == total })
 	checkOrder(t, ids, got)
 	eventually(t, 10*time.Second, "outbox drained", func() bool { return e.pending() == 0 })
 	var owners []string
@@ -136,5 +136,5 @@ func threeOrderedRelaysOneKilled(t *testing.T, d testkit.Dialect) {
 	if len(owners) != 2 {
 		t.Fatalf("owners %v, want r1 and r3", owners)
 	}
-	t.Logf("killed r2 %v into the run; %d deliveries for %d events", time.Since(killedAt).Round(time.Millisecond), len(got.snapshot()), total)
+	t.Logf("killed r2 %v into the run; %d deliveries for %d events", time.Since(killedAt).Round(time.Millisecond), len(got.Snapshot()), total)
 }

@@ -34,9 +34,9 @@ func TestRelayRealBrokers(t *testing.T) {
 						t.Fatal(err)
 					}
 					e.run(r)
-					eventually(t, 30*time.Second, "120 events", func() bool { return got.distinct() == 120 })
+					eventually(t, 30*time.Second, "120 events", func() bool { return got.Distinct() == 120 })
 					want := idSet(ids)
-					for _, m := range got.snapshot() {
+					for _, m := range got.Snapshot() {
 						if !want[m.UUID] || m.Metadata.Get(events.MetaID) != m.UUID {
 							t.Fatalf("message UUID %s / %s is not an event id", m.UUID, m.Metadata.Get(events.MetaID))
 						}
@@ -88,8 +88,8 @@ func TestBrokerOutage(t *testing.T) {
 	// Everything is in the stream: read it back from the start.
 	_, sub := brokertest.NATS(t, srv.URL(), topic)
 	got := consume(t, sub, topic)
-	eventually(t, 20*time.Second, "40 events in the stream", func() bool { return got.distinct() == 40 })
-	for _, m := range got.snapshot() {
+	eventually(t, 20*time.Second, "40 events in the stream", func() bool { return got.Distinct() == 40 })
+	for _, m := range got.Snapshot() {
 		if !ids[m.UUID] {
 			t.Fatalf("unknown message %s", m.UUID)
 		}
