@@ -8,8 +8,10 @@ package main
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"log"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +26,7 @@ import (
 	"gorm.io/gorm/logger"
 	_ "modernc.org/sqlite"
 
+	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/inbox"
@@ -105,6 +108,9 @@ func run(ctx context.Context) error {
 	if err := db.AutoMigrate(&Order{}, &Shipment{}); err != nil {
 		return err
 	}
+	if _, err := operatorMux(db, r); err != nil {
+		return err
+	}
 	shipped := make(chan string, 1)
 	if err := consume(ctx, db, subscriber, shipped); err != nil {
 		return err
@@ -138,6 +144,31 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("the event was not consumed in time")
 	}
 	return nil
+}
+
+// operatorMux mounts the admin page under /admin/outbox/, behind the
+// service's own check of who may operate it.
+func operatorMux(db *gorm.DB, r *relay.Relay) (*http.ServeMux, error) {
+	mux := http.NewServeMux()
+	// README:admin
+	h, err := admin.New(db, admin.Config{AllowWrites: true, Wake: r.Wake})
+	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", requireOperator(h)))
+	// README:end
+	return mux, err
+}
+
+// requireOperator stands for the service's own authentication: here, HTTP
+// basic auth with a password from the environment.
+func requireOperator(next http.Handler) http.Handler {
+	want := os.Getenv("OPERATOR_PASSWORD")
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if _, pw, ok := req.BasicAuth(); !ok || want == "" || subtle.ConstantTimeCompare([]byte(pw), []byte(want)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="outbox"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, req)
+	})
 }
 
 // consume runs the shipping consumer: behind the inbox, it ships each paid
