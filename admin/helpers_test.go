@@ -11,7 +11,6 @@ import (
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/pgtest"
-	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
 )
@@ -48,52 +47,6 @@ func newEnv(t *testing.T, d testkit.Dialect) *env {
 	return &env{t: t, d: d, db: db}
 }
 
-// add writes events (with metadata) and returns their ids, in order.
-func (e *env) add(evs ...events.Event) []uuid.UUID {
-	e.t.Helper()
-	before := len(testkit.Outbox(e.t, e.db))
-	ctx := events.WithMetadata(context.Background(), events.Metadata{"tenant": "acme"})
-	testkit.Must(e.t, outboxhook.Add(e.db.WithContext(ctx), evs...))
-	var ids []uuid.UUID
-	for _, r := range testkit.Outbox(e.t, e.db)[before:] {
-		ids = append(ids, r.ID)
-	}
-	return ids
-}
-
-// ago is the SQL of the database's time d ago, and its argument.
-func (e *env) ago(d time.Duration) (string, any) {
-	switch e.d.Name {
-	case "postgres":
-		return `now() - CAST(? AS float8) * interval '1 microsecond'`, d.Microseconds()
-	case "sqlite":
-		return sqlitestore.Now + ` - ?`, d.Microseconds()
-	default:
-		return `UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`, d.Microseconds()
-	}
-}
-
-// kill makes event id dead since d ago, after 12 attempts that ended in lastErr.
-func (e *env) kill(id uuid.UUID, d time.Duration, lastErr string) {
-	e.t.Helper()
-	at, arg := e.ago(d)
-	testkit.Must(e.t, e.db.Exec(`UPDATE outbox_messages SET dead_at = `+at+`, attempts = 12, strikes = 11, last_error = ? WHERE id = ?`,
-		arg, lastErr, id.String()).Error)
-}
-
-// fail records a failed attempt of the pending event id.
-func (e *env) fail(id uuid.UUID) {
-	e.t.Helper()
-	testkit.Must(e.t, e.db.Exec(`UPDATE outbox_messages SET attempts = attempts + 1, last_error = 'timeout' WHERE id = ?`, id.String()).Error)
-}
-
-// stamp sets column (created_at, processed_at) of event id to d ago.
-func (e *env) stamp(id uuid.UUID, column string, d time.Duration) {
-	e.t.Helper()
-	at, arg := e.ago(d)
-	testkit.Must(e.t, e.db.Exec(`UPDATE outbox_messages SET `+column+` = `+at+` WHERE id = ?`, arg, id.String()).Error)
-}
-
 // row returns the outbox row id, or fails.
 func (e *env) row(id uuid.UUID) testkit.Row {
 	e.t.Helper()
@@ -121,3 +74,20 @@ func (e *env) open(cfg admin.Config) *admin.Outbox {
 	testkit.Must(e.t, err)
 	return o
 }
+
+// add writes events (with metadata) and returns their ids, in order.
+func (e *env) add(evs ...events.Event) []uuid.UUID {
+	e.t.Helper()
+	ctx := events.WithMetadata(context.Background(), events.Metadata{"tenant": "acme"})
+	return testkit.AddEvents(e.t, ctx, e.db, evs...)
+}
+
+func (e *env) kill(id uuid.UUID, d time.Duration, lastErr string) {
+	e.d.KillEvent(e.t, e.db, id, d, lastErr)
+}
+
+func (e *env) stamp(id uuid.UUID, column string, d time.Duration) {
+	e.d.StampEvent(e.t, e.db, id, column, d)
+}
+
+func (e *env) fail(id uuid.UUID) { testkit.FailEvent(e.t, e.db, id) }

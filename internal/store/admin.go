@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"sort"
 	"time"
 )
 
@@ -110,4 +111,60 @@ func RequeueEach(ctx context.Context, db DB, opts *sql.TxOptions, rel Relay, ids
 		return notDead, nil
 	}
 	return nil, err
+}
+
+// ScanTopics runs topics, whose rows are (topic, pending, failing, dead, age
+// of the oldest pending event in microseconds or NULL), then published, whose
+// rows are (topic, events published within the last minute), and returns the
+// figures of every topic either names, in topic order.
+func ScanTopics(ctx context.Context, x Execer, topics, published string) ([]TopicStats, error) {
+	byTopic := map[string]*TopicStats{}
+	rows, err := x.QueryContext(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	for rows.Next() {
+		var (
+			s   TopicStats
+			age sql.NullInt64
+		)
+		if err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
+			return nil, err
+		}
+		s.OldestPending = time.Duration(age.Int64) * time.Microsecond
+		byTopic[s.Topic] = &s
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	pub, err := x.QueryContext(ctx, published)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = pub.Close() }()
+	for pub.Next() {
+		var (
+			topic string
+			n     int64
+		)
+		if err := pub.Scan(&topic, &n); err != nil {
+			return nil, err
+		}
+		s := byTopic[topic]
+		if s == nil {
+			s = &TopicStats{Topic: topic}
+			byTopic[topic] = s
+		}
+		s.PublishedLastMinute = n
+	}
+	if err := pub.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]TopicStats, 0, len(byTopic))
+	for _, s := range byTopic {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
+	return out, nil
 }

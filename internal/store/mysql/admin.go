@@ -3,7 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"sort"
 	"strings"
 	"time"
 
@@ -55,71 +54,12 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 }
 
 func (a *admin) Topics(ctx context.Context, x store.Execer) ([]store.TopicStats, error) {
-	byTopic := map[string]*store.TopicStats{}
-	rows, err := x.QueryContext(ctx, a.q.topics)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var (
-			s   store.TopicStats
-			age sql.NullInt64
-		)
-		if err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
-			return nil, err
-		}
-		if age.Valid {
-			s.OldestPending = time.Duration(age.Int64) * time.Microsecond
-		}
-		byTopic[s.Topic] = &s
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if err := adminCountPublished(ctx, x, a.q.published, byTopic); err != nil {
-		return nil, err
-	}
-	return adminSortedTopics(byTopic), nil
-}
-
-// adminCountPublished adds the counts of q (topic, count) to byTopic.
-func adminCountPublished(ctx context.Context, x store.Execer, q string, byTopic map[string]*store.TopicStats) error {
-	rows, err := x.QueryContext(ctx, q)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var (
-			topic string
-			n     int64
-		)
-		if err := rows.Scan(&topic, &n); err != nil {
-			return err
-		}
-		s := byTopic[topic]
-		if s == nil {
-			s = &store.TopicStats{Topic: topic}
-			byTopic[topic] = s
-		}
-		s.PublishedLastMinute = n
-	}
-	return rows.Err()
-}
-
-func adminSortedTopics(byTopic map[string]*store.TopicStats) []store.TopicStats {
-	out := make([]store.TopicStats, 0, len(byTopic))
-	for _, s := range byTopic {
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
-	return out
+	return store.ScanTopics(ctx, x, a.q.topics, a.q.published)
 }
 
 func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, error) {
 	var ok bool
-	err := queryRow(ctx, x, a.q.retains, nil, &ok)
+	err := store.QueryRow(ctx, x, a.q.retains, nil, &ok)
 	return ok, err
 }
 
@@ -176,7 +116,7 @@ func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]st
 func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {
 	var n int64
 	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
-		seqs, err := queryInt64s(ctx, tx, a.q.deadOfType, typ)
+		seqs, err := store.Column[int64](ctx, tx, a.q.deadOfType, typ)
 		if err != nil {
 			return err
 		}
@@ -199,7 +139,7 @@ func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
 	var n int64
 	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
-		seqs, err := queryInt64s(ctx, tx, a.q.deadBefore, olderThan.Microseconds(), limit)
+		seqs, err := store.Column[int64](ctx, tx, a.q.deadBefore, olderThan.Microseconds(), limit)
 		if err != nil {
 			return err
 		}
@@ -224,22 +164,4 @@ func (a *admin) bySeqs(ctx context.Context, x store.Execer, q string, seqs []int
 		total += n
 	}
 	return total, nil
-}
-
-// queryInt64s runs q and returns the one int64 column of its rows.
-func queryInt64s(ctx context.Context, x store.Execer, q string, args ...any) ([]int64, error) {
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []int64
-	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sort"
 	"strings"
 	"time"
 
@@ -33,7 +32,7 @@ func newAdmin(t ident.Table) *admin {
   count(*) FILTER (WHERE dead_at IS NULL),
   count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),
   count(*) FILTER (WHERE dead_at IS NOT NULL),
-  extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL))
+  (extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)) * 1e6)::bigint
 FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= now() - interval '1 minute' GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
@@ -45,71 +44,12 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 }
 
 func (a *admin) Topics(ctx context.Context, x store.Execer) ([]store.TopicStats, error) {
-	byTopic := map[string]*store.TopicStats{}
-	rows, err := x.QueryContext(ctx, a.q.topics)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var (
-			s   store.TopicStats
-			age sql.NullFloat64
-		)
-		if err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
-			return nil, err
-		}
-		if age.Valid {
-			s.OldestPending = time.Duration(age.Float64 * float64(time.Second))
-		}
-		byTopic[s.Topic] = &s
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if err := countPublished(ctx, x, a.q.published, byTopic); err != nil {
-		return nil, err
-	}
-	return sortedTopics(byTopic), nil
-}
-
-// countPublished adds the counts of q (topic, count) to byTopic.
-func countPublished(ctx context.Context, x store.Execer, q string, byTopic map[string]*store.TopicStats) error {
-	rows, err := x.QueryContext(ctx, q)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
-		var (
-			topic string
-			n     int64
-		)
-		if err := rows.Scan(&topic, &n); err != nil {
-			return err
-		}
-		s := byTopic[topic]
-		if s == nil {
-			s = &store.TopicStats{Topic: topic}
-			byTopic[topic] = s
-		}
-		s.PublishedLastMinute = n
-	}
-	return rows.Err()
-}
-
-func sortedTopics(byTopic map[string]*store.TopicStats) []store.TopicStats {
-	out := make([]store.TopicStats, 0, len(byTopic))
-	for _, s := range byTopic {
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
-	return out
+	return store.ScanTopics(ctx, x, a.q.topics, a.q.published)
 }
 
 func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, error) {
 	var ok bool
-	err := queryRow(ctx, x, a.q.retains, nil, &ok)
+	err := store.QueryRow(ctx, x, a.q.retains, nil, &ok)
 	return ok, err
 }
 
@@ -162,11 +102,7 @@ func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]st
 }
 
 func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {
-	res, err := db.ExecContext(ctx, a.q.requeueType, typ)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, db, a.q.requeueType, typ)
 }
 
 func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
@@ -174,9 +110,5 @@ func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
 }
 
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
-	res, err := db.ExecContext(ctx, a.q.purge, float64(olderThan.Microseconds()), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, db, a.q.purge, float64(olderThan.Microseconds()), limit)
 }

@@ -1,0 +1,53 @@
+package store
+
+import (
+	"context"
+	"database/sql"
+)
+
+// QueryRow scans the one row q returns into dest; sql.ErrNoRows when it
+// returns none.
+func QueryRow(ctx context.Context, x Execer, q string, args []any, dest ...any) error {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return sql.ErrNoRows
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return err
+	}
+	return rows.Close()
+}
+
+// Column runs q and returns the one column of its rows.
+func Column[T any](ctx context.Context, x Execer, q string, args ...any) ([]T, error) {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out []T
+	for rows.Next() {
+		var v T
+		if err := rows.Scan(&v); err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// Affected runs q and returns how many rows it changed.
+func Affected(ctx context.Context, x Execer, q string, args ...any) (int64, error) {
+	res, err := x.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
