@@ -154,6 +154,27 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 	return out, nil
 }
 
+// CreateMissing runs the statements of objs, each only when exists says the
+// object it creates is missing (so that a role without DDL rights works
+// against tables the migrations made).
+func CreateMissing(ctx context.Context, x Execer, objs []Object, exists func(Object) (bool, error)) error {
+	for _, o := range objs {
+		ok, err := exists(o)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", o.Name, err)
+		}
+		if ok {
+			continue
+		}
+		for _, q := range append([]string{o.SQL}, o.After...) {
+			if _, err := x.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("create %s: %w", o.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
 // MigrationsTable is the table Migrate records applied versions in.
 const MigrationsTable = "herald_schema_migrations"
 

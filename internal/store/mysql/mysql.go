@@ -115,21 +115,7 @@ func createMissing(ctx context.Context, x store.Execer, file, def string, t iden
 	if err != nil {
 		return err
 	}
-	for _, o := range objs {
-		ok, err := exists(ctx, x, o.Name, o.Index, t)
-		if err != nil {
-			return fmt.Errorf("look up %s: %w", o.Name, err)
-		}
-		if ok {
-			continue
-		}
-		for _, q := range append([]string{o.SQL}, o.After...) {
-			if _, err := x.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("create %s: %w", o.Name, err)
-			}
-		}
-	}
-	return nil
+	return store.CreateMissing(ctx, x, objs, func(o store.Object) (bool, error) { return exists(ctx, x, o.Name, o.Index, t) })
 }
 
 // Outbox returns the operations on the outbox table t.

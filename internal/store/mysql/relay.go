@@ -207,7 +207,7 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, ids []string,
 func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure) (time.Time, error) {
 	// The time read first is at or before the marks' own.
 	var raw any
-	if err := queryRow(ctx, x, `SELECT `+Now, nil, &raw); err != nil {
+	if err := store.QueryRow(ctx, x, `SELECT `+Now, nil, &raw); err != nil {
 		return time.Time{}, err
 	}
 	now, err := parseTime(raw)
@@ -244,7 +244,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 		s   store.Stats
 		age sql.NullInt64
 	)
-	if err := queryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &age, &s.Dead); err != nil {
+	if err := store.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &age, &s.Dead); err != nil {
 		return s, err
 	}
 	if age.Valid {
@@ -281,7 +281,7 @@ func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.De
 
 func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
 	var seq int64
-	if err := queryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
+	if err := store.QueryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	} else if err != nil {
 		return false, err
@@ -314,25 +314,6 @@ func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration
 
 func (r *relay) Leases() store.Leases { return r.leases }
 
-// queryRow scans the one row q returns into dest.
-func queryRow(ctx context.Context, x store.Execer, q string, args []any, dest ...any) error {
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = rows.Close() }()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return sql.ErrNoRows
-	}
-	if err := rows.Scan(dest...); err != nil {
-		return err
-	}
-	return rows.Close()
-}
-
 type leases struct {
 	t, rt string
 }
@@ -360,7 +341,7 @@ ON DUPLICATE KEY UPDATE seen_at = `+Now, instance)
 
 func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) (int, error) {
 	var n int
-	err := queryRow(ctx, x, `SELECT COUNT(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - INTERVAL ? MICROSECOND`, []any{within.Microseconds()}, &n)
+	err := store.QueryRow(ctx, x, `SELECT COUNT(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - INTERVAL ? MICROSECOND`, []any{within.Microseconds()}, &n)
 	return n, err
 }
 
@@ -370,7 +351,7 @@ func (l leases) Renew(ctx context.Context, x store.Execer, instance string, leas
 		lease.Microseconds(), instance); err != nil {
 		return nil, err
 	}
-	return store.QueryInts(ctx, x, "SELECT `partition` FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, instance)
+	return store.Column[int](ctx, x, "SELECT `partition` FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, instance)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -391,7 +372,7 @@ func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	got, err := store.QueryInts(ctx, tx, "SELECT `partition` FROM "+l.t+" WHERE expires_at <= "+Now+" AND `partition` < ? ORDER BY `partition` LIMIT ? FOR UPDATE SKIP LOCKED",
+	got, err := store.Column[int](ctx, tx, "SELECT `partition` FROM "+l.t+" WHERE expires_at <= "+Now+" AND `partition` < ? ORDER BY `partition` LIMIT ? FOR UPDATE SKIP LOCKED",
 		partitions, n)
 	if err != nil || len(got) == 0 {
 		return nil, err

@@ -153,7 +153,7 @@ func (r *relay) ClaimLocked(context.Context, store.Execer, int) ([]store.Claimed
 }
 
 func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Claimed, error) {
-	due, err := queryInt64s(ctx, x, r.q.dueLeased, limit)
+	due, err := store.Column[int64](ctx, x, r.q.dueLeased, limit)
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
@@ -187,24 +187,6 @@ func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
 	args := append(append([]any{partitions}, anys(owned)...), limit)
 	return r.claim(ctx, x, nil, q, args...)
-}
-
-// queryInt64s runs q and returns the one int64 column of its rows.
-func queryInt64s(ctx context.Context, x store.Execer, q string, args ...any) ([]int64, error) {
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []int64
-	for rows.Next() {
-		var v int64
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }
 
 func (r *relay) MarkPublished(ctx context.Context, x store.Execer, ids []string, keep bool) error {
@@ -347,7 +329,7 @@ ON CONFLICT (instance) DO UPDATE SET seen_at = excluded.seen_at`, instance)
 }
 
 func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) (int, error) {
-	n, err := store.QueryInts(ctx, x, `SELECT count(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - ?`, within.Microseconds())
+	n, err := store.Column[int](ctx, x, `SELECT count(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - ?`, within.Microseconds())
 	if err != nil || len(n) == 0 {
 		return 0, err
 	}
@@ -355,7 +337,7 @@ func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) 
 }
 
 func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]int, error) {
-	return store.QueryInts(ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition`,
+	return store.Column[int](ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition`,
 		lease.Microseconds(), instance)
 }
 
@@ -369,7 +351,7 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 }
 
 func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]int, error) {
-	return store.QueryInts(ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?
+	return store.Column[int](ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?
 WHERE partition IN (SELECT partition FROM `+l.t+` WHERE expires_at <= `+Now+` AND partition < ? ORDER BY partition LIMIT ?)
 RETURNING partition`, instance, lease.Microseconds(), partitions, n)
 }
