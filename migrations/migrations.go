@@ -32,6 +32,11 @@ import (
 // Postgres returns the PostgreSQL migrations.
 func Postgres() fs.FS { return postgres.Migrations() }
 
+// PostgresPartitioned returns the PostgreSQL migrations with the outbox
+// partitioned by occurred_at (its 0001 replaced, the rest the same): the schema
+// for retention by partition drop (relay.Config.DropPartitions).
+func PostgresPartitioned() fs.FS { return postgres.PartitionedMigrations() }
+
 // SQLite returns the SQLite migrations.
 func SQLite() fs.FS { return sqlite.Migrations() }
 

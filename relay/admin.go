@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // Stats is a snapshot of the outbox, as the relay sees it.
@@ -27,6 +28,23 @@ type Stats struct {
 	// OldestPending is the age of the oldest pending event (since its insert);
 	// 0 when none is pending.
 	OldestPending time.Duration
+	// DeadTuples is the database's estimate of the outbox table's dead row
+	// versions: published rows deleted (or updated, with a Retention) that
+	// vacuum has not removed yet, summed over partitions (PostgreSQL's
+	// pg_stat_all_tables.n_dead_tup; 0 on SQLite and MySQL). It climbs while
+	// a transaction holds back vacuum's horizon (see OldestTransactionAge).
+	DeadTuples int64
+	// TableBytes is the outbox table's size with its indexes, summed over
+	// partitions (PostgreSQL; 0 where unknown).
+	TableBytes int64
+	// OldestTransactionAge is the age of the oldest transaction that holds
+	// back vacuum's horizon (one that holds a transaction id or a snapshot,
+	// or a prepared transaction), other than the one reading it; 0 when none.
+	// PostgreSQL shows other roles' sessions only to a superuser or a member
+	// of pg_read_all_stats: without that OldestTransactionKnown is false and
+	// the age 0. Always unknown on SQLite and MySQL.
+	OldestTransactionAge   time.Duration
+	OldestTransactionKnown bool
 	// Published, Failed and Died count this relay's publishes since it started:
 	// events published, failed attempts, and events that went dead. They are
 	// counted when the batch's Publish calls are done, before its marks commit
@@ -34,16 +52,25 @@ type Stats struct {
 	Published, Failed, Died int64
 }
 
-// Stats reads the pending, failing and dead counts and the oldest pending
-// event's age from the database, and adds this relay's counters.
+// Stats reads the pending, failing and dead counts, the oldest pending
+// event's age and the storage figures from the database, and adds this
+// relay's counters.
 func (r *Relay) Stats(ctx context.Context) (Stats, error) {
+	s, _, err := r.stats(ctx)
+	return s, err
+}
+
+// stats is Stats, with the store's figures as read.
+func (r *Relay) stats(ctx context.Context) (Stats, store.Stats, error) {
 	st, err := r.st.Stats(ctx, r.db)
 	if err != nil {
-		return Stats{}, fmt.Errorf("relay: stats: %w", err)
+		return Stats{}, st, fmt.Errorf("relay: stats: %w", err)
 	}
-	s := Stats{Pending: st.Pending, Failing: st.Failing, Dead: st.Dead, OldestPending: st.OldestPending}
+	s := Stats{Pending: st.Pending, Failing: st.Failing, Dead: st.Dead, OldestPending: st.OldestPending,
+		DeadTuples: st.DeadTuples, TableBytes: st.TableBytes,
+		OldestTransactionAge: st.OldestXact, OldestTransactionKnown: st.OldestXactKnown}
 	s.Published, s.Failed, s.Died = r.m.published.Load(), r.m.failed.Load(), r.m.dead.Load()
-	return s, nil
+	return s, st, nil
 }
 
 // DeadEvent is a dead event: its envelope, its failed attempts and strikes
@@ -121,13 +148,29 @@ func (r *Relay) cleaner(ctx context.Context) {
 // Cleanup deletes published events older than Retention now, in batches of
 // CleanupBatch, unless another instance is cleaning; it returns how many it
 // deleted. The cleaner calls it every CleanupInterval when Retention > 0.
+//
+// With DropPartitions on a partitioned outbox it first creates the coming
+// partitions and drops those past the retention (see Config.DropPartitions),
+// then deletes in batches (and counts) only the default partition's events
+// past the retention.
 func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 	if r.cfg.Retention <= 0 {
 		return 0, nil
 	}
+	clean := r.st.Cleanup
+	if pr, ok := r.st.(store.PartitionRetention); ok && r.partitioned.Load() {
+		created, dropped, err := pr.MaintainPartitions(ctx, r.db, r.cfg.PartitionInterval, r.cfg.Retention)
+		if created > 0 || dropped > 0 {
+			r.log.Debug("partitions", "created", created, "dropped", dropped)
+		}
+		if err != nil {
+			r.log.Warn("partitions: some could not be created or dropped; retried at the next cleanup", "err", err)
+		}
+		clean = pr.CleanupDefault
+	}
 	var total int64
 	for {
-		n, err := r.st.Cleanup(ctx, r.db, r.cfg.Retention, r.cfg.CleanupBatch)
+		n, err := clean(ctx, r.db, r.cfg.Retention, r.cfg.CleanupBatch)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("relay: cleanup: %w", err)

@@ -88,6 +88,44 @@ type Config struct {
 	// events for diagnosis or replay, at the cost of an UPDATE instead of a DELETE
 	// and a cleaner's work.
 	Retention time.Duration
+	// SweepInterval is how often the relay sweeps, where its claims start
+	// from a remembered position (PostgreSQL). A claim there does not start
+	// at the head of the outbox's index, where the entries of published rows
+	// lie until vacuum removes them (and, while any transaction holds back
+	// vacuum's horizon, stay: every claim from the head would walk them all),
+	// but after the last event it claimed, less what may still commit below
+	// it. The sweep, in a cycle of its own, finds what comes back below the
+	// position in ways the claims cannot see: events another instance
+	// claimed and released by dying, events requeued by another process in
+	// a long transaction (unordered mode: it claims a batch from the head;
+	// ordered mode: it looks for due events below the positions of its
+	// partitions and lowers them). A sweep walks the dead entries the claims
+	// skip, so the next waits at least 200 times as long as the last took:
+	// sweeping takes at most 0.5% of the time.
+	// Defaults to 1s.
+	SweepInterval time.Duration
+	// DropPartitions (PostgreSQL) enforces Retention by dropping whole
+	// partitions instead of deleting rows: the outbox is a table partitioned
+	// by occurred_at into ranges PartitionInterval wide (Setup or Run creates
+	// it so when missing; the migrations have the same as a variant), the
+	// cleaner creates the ranges ahead of time and drops a partition once its
+	// range ended more than Retention ago and every event in it was published
+	// more than Retention ago. Dropping a partition removes its rows at once,
+	// with nothing for vacuum to do, however many there are; but it takes an
+	// ACCESS EXCLUSIVE lock on the outbox for a moment (waiting at most 200 ms
+	// for transactions that write to it or claim from it, which wait behind
+	// it meanwhile; retried at the next cleanup when it times out), a pending
+	// or dead event keeps its whole partition (and is deleted with it only
+	// once published, or purged), events whose occurred_at is outside every
+	// range (more than a range ahead of the database's clock, or in a range
+	// already dropped) go to a default partition cleaned row by row, and the
+	// key is (id, occurred_at). Requires Retention > 0. An outbox that is not
+	// partitioned is cleaned row by row, with a warning. Defaults to false.
+	DropPartitions bool
+	// PartitionInterval is the width of a partition's occurred_at range with
+	// DropPartitions: at least 1s, aligned on multiples of it (a day's at UTC
+	// midnight). Defaults to 24h.
+	PartitionInterval time.Duration
 	// CleanupInterval is how often the cleaner runs when Retention > 0. Defaults to 1m.
 	CleanupInterval time.Duration
 	// CleanupBatch is how many rows one cleaner DELETE removes. Defaults to 1000.
@@ -152,6 +190,8 @@ const (
 	defaultMinBackoff  = time.Second
 	defaultMaxBackoff  = 5 * time.Minute
 	defaultCleanupInt  = time.Minute
+	defaultSweep       = time.Second
+	defaultPartInt     = 24 * time.Hour
 	defaultCleanupN    = 1000
 	defaultPartitions  = 64
 	defaultLease       = 30 * time.Second
@@ -172,6 +212,8 @@ func (c *Config) setDefaults() {
 	setDefault(&c.MinBackoff, defaultMinBackoff)
 	setDefault(&c.MaxBackoff, defaultMaxBackoff)
 	setDefault(&c.CleanupInterval, defaultCleanupInt)
+	setDefault(&c.SweepInterval, defaultSweep)
+	setDefault(&c.PartitionInterval, defaultPartInt)
 	setDefault(&c.CleanupBatch, defaultCleanupN)
 	setDefault(&c.Partitions, defaultPartitions)
 	setDefault(&c.LeaseDuration, defaultLease)
@@ -218,6 +260,9 @@ func (c Config) Validate() error {
 	check(c.MinBackoff > 0 && c.MaxBackoff >= c.MinBackoff, "backoff %v..%v: need 0 < MinBackoff <= MaxBackoff", c.MinBackoff, c.MaxBackoff)
 	check(c.Retention >= 0, "Retention is %v, must not be negative", c.Retention)
 	check(c.CleanupInterval > 0 && c.CleanupBatch > 0, "CleanupInterval and CleanupBatch must be positive")
+	check(c.SweepInterval > 0, "SweepInterval is %v, must be positive", c.SweepInterval)
+	check(!c.DropPartitions || c.Retention > 0, "DropPartitions needs a Retention")
+	check(c.PartitionInterval >= time.Second, "PartitionInterval is %v, must be at least 1s", c.PartitionInterval)
 	check(c.Partitions > 0, "Partitions is %d, must be positive", c.Partitions)
 	check(!c.Ordered || c.LeaseDuration >= 3*c.PublishTimeout,
 		"LeaseDuration %v must be at least 3 times PublishTimeout %v", c.LeaseDuration, c.PublishTimeout)

@@ -24,6 +24,8 @@ type metrics struct {
 	duration                metric.Float64Histogram
 	pending, failing, deadG metric.Int64ObservableGauge
 	oldest                  metric.Float64ObservableGauge
+	deadTuples, size        metric.Int64ObservableGauge // where the database reports them
+	oldestXact              metric.Float64ObservableGauge
 }
 
 func newMetrics(mp metric.MeterProvider, table string) *metrics {
@@ -50,6 +52,12 @@ func newMetrics(mp metric.MeterProvider, table string) *metrics {
 		metric.WithDescription("Dead events, waiting to be requeued."))
 	m.oldest, _ = m.meter.Float64ObservableGauge("herald.outbox.oldest_pending_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest pending event."))
+	m.deadTuples, _ = m.meter.Int64ObservableGauge("herald.outbox.dead_tuples", metric.WithUnit("{tuple}"),
+		metric.WithDescription("The database's estimate of the outbox's dead row versions, not yet vacuumed (PostgreSQL)."))
+	m.size, _ = m.meter.Int64ObservableGauge("herald.outbox.size", metric.WithUnit("By"),
+		metric.WithDescription("Size of the outbox table with its indexes (PostgreSQL)."))
+	m.oldestXact, _ = m.meter.Float64ObservableGauge("herald.db.oldest_xact_age", metric.WithUnit("s"),
+		metric.WithDescription("Age of the oldest transaction holding back vacuum (PostgreSQL, when the role may see every session)."))
 	return m
 }
 
@@ -82,16 +90,21 @@ func (m *metrics) died(n int) {
 
 // observeOutbox registers the callback that reads the outbox gauges from the
 // database (Stats, with a 5 s timeout) at each collection, for the time Run
-// runs; the returned function unregisters it.
+// runs; the returned function unregisters it. The storage gauges are observed
+// only where the database reports them, the oldest transaction's age only
+// when it is known.
 func (r *Relay) observeOutbox() func() {
 	m := r.m
-	if m.pending == nil || m.failing == nil || m.deadG == nil || m.oldest == nil {
-		return func() {}
+	gauges := []metric.Observable{m.pending, m.failing, m.deadG, m.oldest, m.deadTuples, m.size, m.oldestXact}
+	for _, g := range gauges {
+		if g == nil {
+			return func() {}
+		}
 	}
 	reg, err := m.meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		s, err := r.Stats(ctx)
+		s, st, err := r.stats(ctx)
 		if err != nil {
 			return err
 		}
@@ -99,8 +112,15 @@ func (r *Relay) observeOutbox() func() {
 		o.ObserveInt64(m.failing, s.Failing, m.attrs)
 		o.ObserveInt64(m.deadG, s.Dead, m.attrs)
 		o.ObserveFloat64(m.oldest, s.OldestPending.Seconds(), m.attrs)
+		if st.Storage {
+			o.ObserveInt64(m.deadTuples, s.DeadTuples, m.attrs)
+			o.ObserveInt64(m.size, s.TableBytes, m.attrs)
+		}
+		if s.OldestTransactionKnown {
+			o.ObserveFloat64(m.oldestXact, s.OldestTransactionAge.Seconds(), m.attrs)
+		}
 		return nil
-	}, m.pending, m.failing, m.deadG, m.oldest)
+	}, gauges...)
 	if err != nil {
 		r.log.Warn("relay: cannot observe the outbox gauges", "err", err)
 		return func() {}

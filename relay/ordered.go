@@ -93,6 +93,9 @@ func (l *leases) tick(ctx context.Context) error {
 		}
 		if len(got) > 0 {
 			l.r.log.Info("partition leases taken", "partitions", got)
+			// Their previous owner may have left events below where this
+			// instance last claimed them.
+			l.r.rewind()
 			defer l.r.Wake()
 		}
 		mine = append(mine, got...)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -37,6 +38,34 @@ type Relay struct {
 	health health // this instance's evidence of outages, for the outage recovery
 
 	failLog, deadLog *topicLimiter // log lines about failed and dead events, per topic
+
+	partitioned atomic.Bool // DropPartitions, and the outbox is partitioned
+}
+
+// positioned is a store whose claims start from a remembered position
+// instead of the head of the outbox's index, where the entries of published
+// rows lie until vacuum removes them (PostgreSQL; see Config.SweepInterval).
+// The relay tells it when the position can no longer be trusted, and sweeps.
+type positioned interface {
+	// Rewind makes the next claims start at the head: after a batch whose
+	// marks may not have committed, or that left events untried, and when
+	// partitions change hands.
+	Rewind()
+	// Sweeper returns a view of the store whose unordered claims start at the
+	// head and leave the position alone.
+	Sweeper() store.Relay
+	// Probe looks for due events of the owned partitions below their
+	// positions and lowers the positions to them (the sweep of ordered mode).
+	// It returns how many it found.
+	Probe(ctx context.Context, x store.Execer, partitions int, owned []int32) (int, error)
+}
+
+// rewind makes the next claims start at the head, if the store keeps a
+// position.
+func (r *Relay) rewind() {
+	if p, ok := r.st.(positioned); ok {
+		p.Rewind()
+	}
 }
 
 // testHooks lets this package's tests put faults at exact points.
@@ -117,6 +146,9 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.leases != nil {
 		start(r.leases.run)
 	}
+	if _, ok := r.st.(positioned); ok {
+		start(r.sweeper)
+	}
 	r.loop(ctx)
 	wg.Wait()
 	return nil
@@ -134,8 +166,61 @@ func (r *Relay) ensureSchema(ctx context.Context) {
 		return true
 	}
 	retry(ctx, r.log, "create relay schema", func(ctx context.Context) error {
-		return r.st.Create(ctx, r.db, r.cfg.Ordered, r.cfg.Retention > 0, skip)
+		return r.setup(ctx, skip)
 	})
+}
+
+// Setup creates what the relay needs in the database when it is missing: the
+// outbox table (partitioned by occurred_at with DropPartitions, on
+// PostgreSQL), and the relay's tables and indexes (see Run); with
+// DropPartitions also the partitions of the coming ranges. Run does the same
+// but the outbox table, whose absence it waits out; call Setup first where
+// the outbox hook would otherwise create the table (at db.Use) unpartitioned.
+func (r *Relay) Setup(ctx context.Context) error {
+	if !r.cfg.DropPartitions {
+		if err := r.drv.Outbox(r.table).Create(ctx, r.db); err != nil {
+			return fmt.Errorf("relay: create outbox: %w", err)
+		}
+	}
+	if err := r.setup(ctx, nil); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	return nil
+}
+
+// setup creates the partitioned outbox (DropPartitions) when missing, the
+// relay's objects, learns whether the outbox is partitioned, and creates the
+// partitions ahead.
+func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error {
+	pr, ok := r.st.(store.PartitionRetention)
+	if r.cfg.DropPartitions && ok {
+		if err := pr.CreatePartitioned(ctx, r.db); err != nil {
+			return fmt.Errorf("create partitioned outbox: %w", err)
+		}
+	}
+	if err := r.st.Create(ctx, r.db, r.cfg.Ordered, r.cfg.Retention > 0, skip); err != nil {
+		return err
+	}
+	if !r.cfg.DropPartitions {
+		return nil
+	}
+	partitioned := false
+	if ok {
+		p, err := pr.Partitioned(ctx, r.db)
+		if err != nil {
+			return fmt.Errorf("look up partitions: %w", err)
+		}
+		partitioned = p
+	}
+	r.partitioned.Store(partitioned)
+	if !partitioned {
+		r.log.Warn("relay: DropPartitions is set but the outbox is not partitioned (or the database cannot partition it); published events are deleted row by row after the retention")
+		return nil
+	}
+	if _, _, err := pr.MaintainPartitions(ctx, r.db, r.cfg.PartitionInterval, r.cfg.Retention); err != nil {
+		r.log.Warn("relay: partitions", "err", err)
+	}
+	return nil
 }
 
 // loop claims and publishes batches until ctx is done.
@@ -155,6 +240,7 @@ func (r *Relay) loop(ctx context.Context) {
 		}
 		if err != nil {
 			fails++
+			r.rewind() // the batch's marks may not have committed
 			if errLimit.allow() {
 				r.log.Warn("relay cycle failed; backing off", "err", err, "failures", fails, "suppressed", errLimit.suppressed())
 			}
@@ -250,6 +336,12 @@ func (r *Relay) batchContexts(ctx context.Context, startBy time.Time) (bctx, sta
 }
 
 func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
+	return r.cycleUnorderedOn(ctx, r.st)
+}
+
+// cycleUnorderedOn is cycleUnordered claiming through st: the relay's store,
+// or its sweeping view.
+func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, error) {
 	bctx, startBy, cancel := r.batchContexts(ctx, time.Now().Add(2*r.cfg.PublishTimeout))
 	defer cancel()
 	if !r.drv.Caps().RowLocks {
@@ -260,14 +352,22 @@ func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	claimed, err := r.st.ClaimLocked(bctx, tx, r.cfg.BatchSize)
+	claimed, err := st.ClaimLocked(bctx, tx, r.cfg.BatchSize)
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
 	if len(claimed) == 0 {
 		return 0, tx.Commit()
 	}
-	return len(claimed), r.commitMarks(bctx, tx, r.publishUnordered(startBy, toRows(claimed)))
+	rows := toRows(claimed)
+	out := r.publishUnordered(startBy, rows)
+	if err := r.commitMarks(bctx, tx, out); err != nil {
+		return len(rows), err
+	}
+	if len(out.untried(rows)) > 0 {
+		r.rewind() // pending again, below the position
+	}
+	return len(rows), nil
 }
 
 // cycleLeased is cycleUnordered on a database without row locks: the claim

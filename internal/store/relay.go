@@ -28,6 +28,18 @@ type Failure struct {
 type Stats struct {
 	Pending, Failing, Dead int64
 	OldestPending          time.Duration // by the database's clock; 0 when none
+
+	// Storage: the database reports DeadTuples and TableBytes (PostgreSQL).
+	Storage bool
+	// DeadTuples is the database's estimate of the outbox's dead row
+	// versions (deleted or updated, not yet vacuumed); TableBytes its size
+	// with indexes. Summed over partitions.
+	DeadTuples, TableBytes int64
+	// OldestXact is the age of the oldest transaction holding back vacuum's
+	// horizon (0 when none), known only when the role may see every
+	// session's (OldestXactKnown).
+	OldestXact      time.Duration
+	OldestXactKnown bool
 }
 
 // DeadRow is a dead event.
@@ -108,6 +120,29 @@ type Leases interface {
 	Leave(ctx context.Context, x Execer, instance string) error
 }
 
+// PartitionRetention is what a store offers that can keep published events
+// in an outbox partitioned by occurred_at and drop whole partitions past the
+// retention instead of deleting rows (PostgreSQL); the relay asks for it
+// with a type assertion.
+type PartitionRetention interface {
+	// CreatePartitioned creates the outbox table partitioned by occurred_at
+	// (with its default partition and pending index) when it is missing.
+	CreatePartitioned(ctx context.Context, x Execer) error
+	// Partitioned reports whether the outbox table is partitioned.
+	Partitioned(ctx context.Context, x Execer) (bool, error)
+	// MaintainPartitions creates the missing partitions of the occurred_at
+	// ranges (interval wide, aligned on multiples of it: a day's at UTC midnight) from the one before
+	// the database's now to two after it, and drops the partitions whose
+	// range ended more than olderThan ago and that hold no pending or dead
+	// event and none published within olderThan, each under a short lock of
+	// the whole table. It returns how many it created and dropped; it goes on
+	// past a partition it cannot create or drop, and returns the first error.
+	MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error)
+	// CleanupDefault is Cleanup on the default partition alone (the range
+	// partitions are dropped whole).
+	CleanupDefault(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)
+}
+
 // Waker wakes relays in other processes (Caps.Listen).
 type Waker interface {
 	// Listen holds a connection of db in LISTEN on channel and calls wake on
@@ -163,22 +198,4 @@ func CreateRelayObjects(ctx context.Context, x Execer, objs []Object, ordered, r
 
 func hasSuffix(s, suffix string) bool {
 	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
-}
-
-// QueryInts runs q and returns the one int column of its rows.
-func QueryInts(ctx context.Context, x Execer, q string, args ...any) ([]int, error) {
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []int
-	for rows.Next() {
-		var v int
-		if err := rows.Scan(&v); err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
 }

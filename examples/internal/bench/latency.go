@@ -18,6 +18,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/internal/pgtest"
@@ -56,11 +57,17 @@ func (latOrder) TableName() string { return "orders" }
 
 // runLatency measures commit->publish latency at a steady rate, with the relay
 // in the writer's process (woken by Wake) and in another process (woken by
-// LISTEN/NOTIFY through a Notifier), the poll fallback left at 1s.
+// LISTEN/NOTIFY through a Notifier), the poll fallback left at 1s; with -hold,
+// each also while another session holds a transaction id open from before the
+// scenario starts until after it ends (BEGIN; SELECT pg_current_xact_id();
+// SELECT pg_sleep(...)), so that vacuum can remove none of the rows the relay
+// deletes meanwhile.
 func runLatency(fs *flag.FlagSet, args []string) error {
 	rate := fs.Int("rate", 1000, "events per second, all writers together")
 	dur := fs.Duration("duration", 10*time.Second, "how long to write")
 	writers := fs.Int("writers", 8, "writer goroutines")
+	hold := fs.Bool("hold", false, "also run each placement while another session holds a transaction id open")
+	only := fs.String("only", "", "run only the placements whose name contains this (writer's, another)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,28 +77,90 @@ func runLatency(fs *flag.FlagSet, args []string) error {
 	}
 	defer admin.Close()
 	fmt.Printf("Commit->publish latency at %d events/s for %s, %d writers, PollInterval 1s\n\n", *rate, *dur, *writers)
-	fmt.Println("| relay | events | p50 | p90 | p99 | max |")
-	fmt.Println("|---|---:|---:|---:|---:|---:|")
+	fmt.Println("| relay | condition | events | p50 | p90 | p99 | max | writes p50 / p99 | outbox at the end |")
+	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---|")
+	conditions := []bool{false}
+	if *hold {
+		conditions = append(conditions, true)
+	}
 	for _, where := range []string{"in the writer's process", "in another process"} {
-		dsn, drop, err := scratchSchema(admin)
-		if err != nil {
-			return err
+		if *only != "" && !strings.Contains(where, *only) {
+			continue
 		}
-		lats, err := latencyRun(dsn, where == "in another process", *rate, *dur, *writers)
-		drop()
-		if err != nil {
-			return fmt.Errorf("%s: %w", where, err)
+		for _, held := range conditions {
+			dsn, drop, err := scratchSchema(admin)
+			if err != nil {
+				return err
+			}
+			res, err := latencyRun(dsn, where == "in another process", held, *rate, *dur, *writers)
+			drop()
+			if err != nil {
+				return fmt.Errorf("%s: %w", where, err)
+			}
+			lats := res.lats
+			slices.Sort(lats)
+			cond := "quiet"
+			if held {
+				cond = "transaction id held open"
+			}
+			fmt.Printf("| %s | %s | %d | %s | %s | %s | %s | %s / %s | %s |\n", where, cond, len(lats), ms(pct(lats, .5)), ms(pct(lats, .9)),
+				ms(pct(lats, .99)), ms(lats[len(lats)-1]), ms(res.createP50), ms(res.createP99), res.stats)
 		}
-		slices.Sort(lats)
-		fmt.Printf("| %s | %d | %s | %s | %s | %s |\n", where, len(lats), ms(pct(lats, .5)), ms(pct(lats, .9)), ms(pct(lats, .99)), ms(lats[len(lats)-1]))
 	}
 	return nil
 }
 
-func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writers int) ([]time.Duration, error) {
-	db, err := pgtest.OpenPool(dsn)
+// latencyResult is one latency scenario's measurement.
+type latencyResult struct {
+	lats                 []time.Duration
+	createP50, createP99 time.Duration
+	stats                string // the outbox's storage figures at the end
+}
+
+// holdXact opens a transaction on its own connection, takes a transaction id
+// and sleeps in it until the returned function is called (which ends it).
+func holdXact(dsn string) (func(), error) {
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		cancel()
+		_ = db.Close()
+		return nil, err
+	}
+	if _, err := conn.ExecContext(ctx, `BEGIN`); err != nil {
+		cancel()
+		_ = db.Close()
+		return nil, err
+	}
+	var xid string
+	if err := conn.QueryRowContext(ctx, `SELECT pg_current_xact_id()::text`).Scan(&xid); err != nil {
+		cancel()
+		_ = db.Close()
+		return nil, err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = conn.ExecContext(ctx, `SELECT pg_sleep(86400)`) // until cancelled
+	}()
+	fmt.Fprintf(os.Stderr, "holding transaction %s open\n", xid)
+	return func() {
+		cancel()
+		<-done
+		_ = conn.Close() // the cancelled session is dropped with its transaction
+		_ = db.Close()
+	}, nil
+}
+
+func latencyRun(dsn string, otherProcess, held bool, rate int, dur time.Duration, writers int) (latencyResult, error) {
+	var res latencyResult
+	db, err := pgtest.OpenPool(dsn)
+	if err != nil {
+		return res, err
 	}
 	defer closeGorm(db)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -107,17 +176,17 @@ func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writ
 	if otherProcess {
 		n, err := relay.NewNotifier(db, relay.NotifierConfig{Channel: channel})
 		if err != nil {
-			return nil, err
+			return res, err
 		}
 		relayWG.Add(1)
 		go func() { defer relayWG.Done(); _ = n.Run(ctx) }()
 		notify = n.Notify
 	}
 	if err := db.Use(outboxhook.New(outboxhook.Config{Notify: func() { notify() }})); err != nil {
-		return nil, err
+		return res, err
 	}
 	if err := db.AutoMigrate(&latOrder{}); err != nil {
-		return nil, err
+		return res, err
 	}
 	if otherProcess {
 		child = exec.Command(os.Args[0], "latency-child")
@@ -125,25 +194,32 @@ func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writ
 		child.Stderr = os.Stderr
 		out, err := child.StdoutPipe()
 		if err != nil {
-			return nil, err
+			return res, err
 		}
 		if err := child.Start(); err != nil {
-			return nil, err
+			return res, err
 		}
 		childOut = bufio.NewScanner(out)
 		if !childOut.Scan() || childOut.Text() != "ready" {
-			return nil, fmt.Errorf("relay process did not start")
+			return res, fmt.Errorf("relay process did not start")
 		}
 	} else {
 		r, err := relay.New(db, pub, relay.Config{PollInterval: time.Second, Channel: channel, Logger: discardLogger()})
 		if err != nil {
-			return nil, err
+			return res, err
 		}
 		notify = r.Wake
 		relayWG.Add(1)
 		go func() { defer relayWG.Done(); _ = r.Run(ctx) }()
 	}
 	time.Sleep(500 * time.Millisecond) // relay started, LISTEN in place
+	if held {
+		release, err := holdXact(dsn)
+		if err != nil {
+			return res, err
+		}
+		defer release() // at return: after the relay stopped and the figures were read
+	}
 
 	// Writers: each saves at rate/writers per second; the commit time is taken
 	// when Create returns.
@@ -185,10 +261,11 @@ func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writ
 	}
 	wg.Wait()
 	if werr != nil {
-		return nil, werr
+		return res, werr
 	}
 	slices.Sort(createLat)
-	fmt.Fprintf(os.Stderr, "writes: %d, Create p50 %s p99 %s\n", len(createLat), ms(pct(createLat, .5)), ms(pct(createLat, .99)))
+	res.createP50, res.createP99 = pct(createLat, .5), pct(createLat, .99)
+	fmt.Fprintf(os.Stderr, "writes: %d, Create p50 %s p99 %s\n", len(createLat), ms(res.createP50), ms(res.createP99))
 	time.Sleep(2 * time.Second) // let the relay finish
 	published := pub.at
 	if otherProcess {
@@ -206,15 +283,33 @@ func latencyRun(dsn string, otherProcess bool, rate int, dur time.Duration, writ
 	}
 	cancel()
 	relayWG.Wait()
-	var lats []time.Duration
 	for id, c := range committed {
 		p, ok := published[id]
 		if !ok {
-			return nil, fmt.Errorf("event %s never published", id)
+			return res, fmt.Errorf("event %s never published", id)
 		}
-		lats = append(lats, max(p.Sub(c), 0))
+		res.lats = append(res.lats, max(p.Sub(c), 0))
 	}
-	return lats, nil
+	res.stats = outboxFigures(db)
+	return res, nil
+}
+
+// outboxFigures reads the relay's storage figures of the outbox (dead row
+// versions, size, the oldest transaction holding back vacuum).
+func outboxFigures(db *gorm.DB) string {
+	r, err := relay.New(db, newTimingPublisher(), relay.Config{Logger: discardLogger()})
+	if err != nil {
+		return err.Error()
+	}
+	s, err := r.Stats(context.Background())
+	if err != nil {
+		return err.Error()
+	}
+	xact := "unknown"
+	if s.OldestTransactionKnown {
+		xact = fmt.Sprintf("%.0f s", s.OldestTransactionAge.Seconds())
+	}
+	return fmt.Sprintf("%d dead tuples, %.1f MB, oldest xact %s", s.DeadTuples, float64(s.TableBytes)/1e6, xact)
 }
 
 // runLatencyChild is the relay process of the latency bench: it relays to a

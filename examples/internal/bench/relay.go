@@ -7,6 +7,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,9 +47,15 @@ func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) erro
 }
 
 // target builds the publisher events are relayed to: "gochannel" (with a
-// subscriber that acks everything) or "nats" (JetStream on the shared server).
+// subscriber that acks everything; its buffer holds 131,072 messages, so a
+// smaller backlog is published without waiting for the subscriber and a
+// bigger one at the subscriber's pace), "discard" (accepts every message at
+// once and keeps none: the relay's own cost, whatever the size) or "nats"
+// (JetStream on the shared server).
 func target(kind, topic string) (message.Publisher, func(), error) {
 	switch kind {
+	case "discard":
+		return discardPublisher{}, func() {}, nil
 	case "gochannel":
 		gc := gochannel.NewGoChannel(gochannel.Config{OutputChannelBuffer: 1 << 17}, watermill.NopLogger{})
 		ch, err := gc.Subscribe(context.Background(), topic)
@@ -70,15 +78,23 @@ func target(kind, topic string) (message.Publisher, func(), error) {
 	return nil, nil, fmt.Errorf("unknown publisher %q", kind)
 }
 
+// discardPublisher accepts every message and keeps none.
+type discardPublisher struct{}
+
+func (discardPublisher) Publish(string, ...*message.Message) error { return nil }
+func (discardPublisher) Close() error                              { return nil }
+
 // runRelay measures the burn-down of n pending events by Herald's relay in both
 // modes, against the physical reference (a claim+delete SQL loop that publishes
 // nothing) and Watermill's forwarder (watermill-sql v4 + components/forwarder),
 // in its default and its fastest configuration, to the same publisher.
 func runRelay(fs *flag.FlagSet, args []string) error {
 	n := fs.Int("events", 100000, "pending events to burn down")
+	sizesFlag := fs.String("sizes", "", "comma-separated backlog sizes, run one after the other (overrides -events), with a summary of each mode's rate against the first size and the SQL reference")
+	rounds := fs.Int("rounds", 1, "with -sizes: run the sizes this many times; the summary gives the medians")
 	dbName := fs.String("db", "postgres", "database: postgres, sqlite or mysql")
-	pubs := fs.String("publishers", "gochannel,nats", "publishers: gochannel, nats")
-	only := fs.String("only", "", "run only the scenarios whose name contains this")
+	pubs := fs.String("publishers", "gochannel,nats", "publishers: gochannel, discard, nats")
+	only := fs.String("only", "", "run only the scenarios whose name contains this (or one of these, |-separated)")
 	batch := fs.Int("batch", 0, "relay BatchSize (0: the default)")
 	conc := fs.Int("concurrency", 0, "relay PublishConcurrency (0: the default)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -96,11 +112,6 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	}
 	// Each scenario runs in a fresh schema (database, file); outboxed scenarios find the n events
 	// already in the outbox, loaded through db.
-	type scenario struct {
-		name     string
-		outboxed bool
-		run      func(db *gorm.DB, dsn string, pub message.Publisher, done <-chan struct{}) error
-	}
 	herald := func(ordered bool) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
 		return func(db *gorm.DB, _ string, pub message.Publisher, done <-chan struct{}) error {
 			r, err := relay.New(db, pub, relay.Config{Ordered: ordered, BatchSize: *batch, PublishConcurrency: *conc, Logger: discardLogger()})
@@ -110,7 +121,7 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 			return runUntil(r.Run, done)
 		}
 	}
-	scenarios := []scenario{
+	scenarios := []burnScenario{
 		{"SQL reference (claim+delete+read, no publish)", true, func(db *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
 			sqlDB, _ := db.DB()
 			start := time.Now()
@@ -132,33 +143,144 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	}
 	if bdb.forwarder != nil {
 		scenarios = append(scenarios,
-			scenario{"Watermill forwarder, default config", false, forwarderScenario(bdb, *n, false)},
-			scenario{"Watermill forwarder, fastest (queue schema, DeleteOnAck, batch 1000)", false, forwarderScenario(bdb, *n, true)})
+			burnScenario{"Watermill forwarder, default config", false, forwarderScenario(bdb, n, false)},
+			burnScenario{"Watermill forwarder, fastest (queue schema, DeleteOnAck, batch 1000)", false, forwarderScenario(bdb, n, true)})
 	}
-	fmt.Printf("Burn-down of %d pending events on %s, events/s (one run each)\n\n", *n, bdb.name)
-	for _, pk := range strings.Split(*pubs, ",") {
+	sizes := []int{*n}
+	if *sizesFlag != "" {
+		sizes = nil
+		for _, f := range strings.Split(*sizesFlag, ",") {
+			v, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || v <= 0 {
+				return fmt.Errorf("bad -sizes %q", *sizesFlag)
+			}
+			sizes = append(sizes, v)
+		}
+	}
+	bySize := map[int]map[string][]float64{}
+	for round := range *rounds {
+		if *rounds > 1 {
+			fmt.Printf("Round %d of %d\n\n", round+1, *rounds)
+		}
+		for _, size := range sizes {
+			*n = size
+			results, err := burnDown(bdb, *n, *pubs, *only, scenarios)
+			if err != nil {
+				return err
+			}
+			if bySize[size] == nil {
+				bySize[size] = map[string][]float64{}
+			}
+			for name, rate := range results {
+				bySize[size][name] = append(bySize[size][name], rate)
+			}
+		}
+	}
+	if len(sizes) > 1 {
+		med := func(size int, name string) float64 {
+			v := slices.Clone(bySize[size][name])
+			if len(v) == 0 {
+				return 0
+			}
+			slices.Sort(v)
+			return v[len(v)/2]
+		}
+		first, last := sizes[0], sizes[len(sizes)-1]
+		fmt.Printf("Summary (%s, first publisher, median of %d round(s)): events/s by backlog size\n\n| scenario |", bdb.name, *rounds)
+		for _, size := range sizes {
+			fmt.Printf(" %d |", size)
+		}
+		fmt.Printf(" %d / %d |\n|---|", last, first)
+		for range sizes {
+			fmt.Printf("---:|")
+		}
+		fmt.Println("---:|")
+		for _, sc := range scenarios[:3] {
+			fmt.Printf("| %s |", sc.name)
+			for _, size := range sizes {
+				fmt.Printf(" %.0f |", med(size, sc.name))
+			}
+			if f := med(first, sc.name); f > 0 {
+				fmt.Printf(" %.0f%% |\n", 100*med(last, sc.name)/f)
+			} else {
+				fmt.Println(" - |")
+			}
+		}
+		fmt.Println()
+		for _, size := range sizes {
+			if ref := med(size, scenarios[0].name); ref > 0 {
+				fmt.Printf("at %d: unordered %.0f%% of the SQL reference, ordered %.0f%%\n", size,
+					100*med(size, scenarios[1].name)/ref, 100*med(size, scenarios[2].name)/ref)
+			}
+		}
+		// The same ratios round by round (the sizes of a round ran one after
+		// the other), and their median: steadier than the ratio of medians on
+		// a noisy machine.
+		for _, sc := range scenarios[:3] {
+			var per []float64
+			for i, f := range bySize[first][sc.name] {
+				if i < len(bySize[last][sc.name]) && f > 0 {
+					per = append(per, 100*bySize[last][sc.name][i]/f)
+				}
+			}
+			if len(per) == 0 {
+				continue
+			}
+			shown := make([]string, len(per))
+			for i, v := range per {
+				shown[i] = fmt.Sprintf("%.0f%%", v)
+			}
+			slices.Sort(per)
+			fmt.Printf("%s, %d / %d per round: %s (median %.0f%%)\n", sc.name, last, first, strings.Join(shown, " "), per[len(per)/2])
+		}
+		for _, size := range sizes {
+			for _, sc := range scenarios[:3] {
+				fmt.Fprintf(os.Stderr, "%d %s: %.0f\n", size, sc.name, bySize[size][sc.name])
+			}
+		}
+	}
+	return nil
+}
+
+// burnScenario is one burn-down scenario: outboxed ones find the events
+// already in the outbox, loaded through db.
+type burnScenario struct {
+	name     string
+	outboxed bool
+	run      func(db *gorm.DB, dsn string, pub message.Publisher, done <-chan struct{}) error
+}
+
+// burnDown runs the scenarios on n pending events for each publisher and
+// returns the first publisher's rates by scenario.
+func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (map[string]float64, error) {
+	var first map[string]float64
+	fmt.Printf("Burn-down of %d pending events on %s, events/s (one run each)\n\n", n, bdb.name)
+	for i, pk := range strings.Split(pubs, ",") {
 		fmt.Printf("publisher: %s\n\n| scenario | events/s | time |\n|---|---:|---:|\n", pk)
 		results := map[string]float64{}
+		if i == 0 {
+			first = results
+		}
 		for _, s := range scenarios {
-			if *only != "" && !strings.Contains(s.name, *only) {
+			if only != "" && !slices.ContainsFunc(strings.Split(only, "|"), func(o string) bool { return strings.Contains(s.name, o) }) {
 				continue
 			}
 			dsn, drop, err := bdb.scratch()
 			if err != nil {
-				return err
+				return nil, err
 			}
 			topic := brokertest.Topic("bench")
 			pub, closePub, err := target(pk, topic)
 			if err != nil {
 				drop()
-				return err
+				return nil, err
 			}
-			cp := &countingPublisher{Publisher: pub, want: int64(*n), done: make(chan struct{})}
+			cp := &countingPublisher{Publisher: pub, want: int64(n), done: make(chan struct{})}
 			benchTopic = topic
 			referenceTook = 0
 			db, err := bdb.open(dsn)
 			if err == nil && s.outboxed {
-				err = loadOutbox(db, *n, topic)
+				err = loadOutbox(db, n, topic)
 			}
 			if err == nil {
 				err = s.run(db, dsn, cp, cp.done)
@@ -173,9 +295,9 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 			closePub()
 			drop()
 			if err != nil {
-				return fmt.Errorf("%s: %w", s.name, err)
+				return nil, fmt.Errorf("%s: %w", s.name, err)
 			}
-			rate := float64(*n) / took.Seconds()
+			rate := float64(n) / took.Seconds()
 			results[s.name] = rate
 			fmt.Printf("| %s | %.0f | %.2f s |\n", s.name, rate, took.Seconds())
 			fmt.Fprintf(os.Stderr, "%s / %s: %.0f events/s\n", pk, s.name, rate)
@@ -195,7 +317,7 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 			fmt.Println()
 		}
 	}
-	return nil
+	return first, nil
 }
 
 var (
@@ -228,8 +350,9 @@ func runUntil(run func(context.Context) error, done <-chan struct{}) error {
 	return <-errc
 }
 
-func forwarderScenario(bdb benchDB, n int, fastest bool) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
+func forwarderScenario(bdb benchDB, size *int, fastest bool) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
 	return func(_ *gorm.DB, dsn string, pub message.Publisher, done <-chan struct{}) error {
+		n := *size
 		schema, offsets, driver := bdb.forwarder(fastest)
 		db, err := sql.Open(driver, dsn)
 		if err != nil {

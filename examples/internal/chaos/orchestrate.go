@@ -110,6 +110,7 @@ type options struct {
 	relay                                             relaySettings
 	db, dbServer                                      string        // the database's kind, and its server (empty: the default)
 	poll                                              time.Duration // the relays' PollInterval
+	unordered                                         bool          // relays in unordered mode: order is not promised
 }
 
 func parseOptions(args []string) (options, error) {
@@ -129,6 +130,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.writeRate, "write-rate", -1, "the writers' transactions per second, all together; 0: as fast as they go (default: 0, but 400 on sqlite, where the consumers need the one write lock as often as the writers)")
 	fs.IntVar(&o.accounts, "accounts", 400, "aggregates")
 	fs.IntVar(&o.crashOneIn, "crash-one-in", 400, "a relay kills itself after one successful Publish call in this many")
+	fs.BoolVar(&o.unordered, "unordered", false, "run the relays in unordered mode (order violations are then reported, not failures)")
 	fs.IntVar(&o.poison, "poison", 0, "events the relays' publisher always refuses: exactly these must end dead")
 	fs.IntVar(&o.relay.maxAttempts, "max-attempts", 5, "the relays' MaxAttempts: small, so that deaths can happen")
 	fs.DurationVar(&o.relay.minBackoff, "min-backoff", 100*time.Millisecond, "the relays' MinBackoff")
@@ -299,7 +301,7 @@ func orchestrate(args []string) (bool, error) {
 				cmd := exec.Command(self, c.role)
 				ce := e
 				ce.id = c.id
-				cmd.Env = append(os.Environ(), append(ce.vars(), fmt.Sprintf("CHAOS_CRASH_ONE_IN=%d", o.crashOneIn))...)
+				cmd.Env = append(os.Environ(), append(ce.vars(), fmt.Sprintf("CHAOS_CRASH_ONE_IN=%d", o.crashOneIn), fmt.Sprintf("CHAOS_UNORDERED=%t", o.unordered))...)
 				cmd.Stderr = os.Stderr
 				c.mu.Lock()
 				if stopping.Load() || cmd.Start() != nil {
@@ -442,8 +444,13 @@ func orchestrate(args []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	mode, unorderedViolations := "ordered", 0
+	if o.unordered {
+		// Unordered mode promises no order: shown, not judged.
+		mode, unorderedViolations, v.violations = "unordered", v.violations, 0
+	}
 	ok := v.ok() && drained
-	fmt.Printf("\nHerald chaos run: %v of faults, 3 ordered relays, 2 consumers behind the inbox, NATS JetStream, %s\n\n", o.dur, dbase.kind)
+	fmt.Printf("\nHerald chaos run: %v of faults, 3 %s relays, 2 consumers behind the inbox, NATS JetStream, %s\n\n", o.dur, mode, dbase.kind)
 	fmt.Println("| measure | value |")
 	fmt.Println("|---|---:|")
 	row := func(k string, val any) { fmt.Printf("| %s | %v |\n", k, val) }
@@ -476,7 +483,11 @@ func orchestrate(args []string) (bool, error) {
 	row("duplicate effects", v.dupEffects)
 	row("lost", v.lost)
 	row("ghost events (rolled back, yet seen)", v.ghosts)
-	row("order violations", v.violations)
+	if o.unordered {
+		row("order violations (unordered mode: not promised)", unorderedViolations)
+	} else {
+		row("order violations", v.violations)
+	}
 	row("poisoned events (refused for ever)", fmt.Sprintf("%d (+%d of unknown outcome)", poisoned, len(led.poisonUnknown)))
 	row("dead events (must be exactly the poisoned)", fmt.Sprintf("%d: %d not poisoned, %d poisoned not dead, %d poisoned yet seen",
 		v.dead, v.deadUnpoisoned, v.poisonAlive, v.poisonSeen))

@@ -152,7 +152,8 @@ func (p refusing) Publish(topic string, msgs ...*message.Message) error {
 	return p.Publisher.Publish(topic, msgs...)
 }
 
-// runRelay is a relay process: ordered mode, publishing to the chaos broker.
+// runRelay is a relay process: ordered mode (unordered with -unordered),
+// publishing to the chaos broker.
 func runRelay(ctx context.Context) error {
 	e := childEnv()
 	db, err := openDB(e.kind, e.dsn, "chaos_relay_"+e.id)
@@ -172,7 +173,7 @@ func runRelay(ctx context.Context) error {
 	}
 	oneIn, _ := strconv.Atoi(os.Getenv("CHAOS_CRASH_ONE_IN"))
 	rcfg := e.relay.config()
-	rcfg.Ordered, rcfg.InstanceID, rcfg.PollInterval = true, "relay-"+e.id, e.poll
+	rcfg.Ordered, rcfg.InstanceID, rcfg.PollInterval = os.Getenv("CHAOS_UNORDERED") != "true", "relay-"+e.id, e.poll
 	rcfg.Channel, rcfg.Logger = "chaos", quiet()
 	pubs := refusing{Publisher: pub, topic: e.topics[len(e.topics)-1], win: &refusals{file: e.refuseFile}}
 	r, err := relay.New(db, crashAfterAck{pubs, max(oneIn, 1)}, rcfg)

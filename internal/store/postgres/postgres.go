@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
@@ -23,9 +24,31 @@ import (
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+//go:embed migrations/partitioned/*.sql
+var partitioned embed.FS
+
 // Migrations are PostgreSQL's numbered migrations.
 func Migrations() fs.FS {
 	sub, _ := fs.Sub(migrations, "migrations")
+	return sub
+}
+
+// PartitionedMigrations are Migrations with the outbox partitioned by
+// occurred_at (0001 replaced), for retention by partition drop.
+func PartitionedMigrations() fs.FS {
+	out := fstest.MapFS{}
+	for _, set := range []fs.FS{Migrations(), partitionedOnly()} {
+		names, _ := fs.Glob(set, "*.sql")
+		for _, n := range names {
+			b, _ := fs.ReadFile(set, n)
+			out[n] = &fstest.MapFile{Data: b, Mode: 0o444}
+		}
+	}
+	return out
+}
+
+func partitionedOnly() fs.FS {
+	sub, _ := fs.Sub(partitioned, "migrations/partitioned")
 	return sub
 }
 
@@ -91,25 +114,16 @@ func exists(ctx context.Context, x store.Execer, quoted string) (bool, error) {
 // createMissing runs the statements of migration file for table t, each only
 // when the object it creates is missing.
 func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {
-	objs, err := store.Objects(Migrations(), file, def, t, ident.Table.Quoted)
+	return createMissingFrom(ctx, x, Migrations(), file, def, t)
+}
+
+// createMissingFrom is createMissing with the migration file read from fsys.
+func createMissingFrom(ctx context.Context, x store.Execer, fsys fs.FS, file, def string, t ident.Table) error {
+	objs, err := store.Objects(fsys, file, def, t, ident.Table.Quoted)
 	if err != nil {
 		return err
 	}
-	for _, o := range objs {
-		ok, err := exists(ctx, x, o.Name.Quoted())
-		if err != nil {
-			return fmt.Errorf("look up %s: %w", o.Name, err)
-		}
-		if ok {
-			continue
-		}
-		for _, q := range append([]string{o.SQL}, o.After...) {
-			if _, err := x.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("create %s: %w", o.Name, err)
-			}
-		}
-	}
-	return nil
+	return store.CreateMissing(ctx, x, objs, func(o store.Object) (bool, error) { return exists(ctx, x, o.Name.Quoted()) })
 }
 
 // Outbox returns the operations on the outbox table t.
@@ -125,17 +139,24 @@ type outbox struct {
 
 func newOutbox(t ident.Table) *outbox {
 	o := &outbox{t: t}
-	head := `INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at) `
+	// Each insert first takes the shared epoch lock of its table (see epochs),
+	// so that a relay can tell when every row inserted before a moment has
+	// committed or rolled back; and its available_at is the time of the insert
+	// (not the transaction's start), which the hook's path makes just before
+	// the commit.
+	head := `WITH herald_epoch AS MATERIALIZED (SELECT ` + epochLockSQL(t) + `)
+INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, available_at) `
 	rows := [2]string{
-		`VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-		`SELECT * FROM unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[])`,
+		`SELECT $1::uuid, $2::text, $3::int, $4::text, $5::text, $6::text, $7::jsonb, $8::jsonb, $9::timestamptz, clock_timestamp() FROM herald_epoch`,
+		`SELECT u.*, clock_timestamp() FROM herald_epoch, unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[]) AS u`,
 	}
 	// Returning, per inserted row, its id, the 32-bit id of the (sub)transaction
 	// that inserted it (xmin) and the current top-level full transaction id, from
-	// which xid64 widens the former for pg_xact_status.
+	// which xid64 widens the former for pg_xact_status. No conflict target: a
+	// partitioned outbox's key is (id, occurred_at), an event keeps both.
 	tails := [2]string{
-		` ON CONFLICT (id) DO NOTHING`,
-		` ON CONFLICT (id) DO NOTHING RETURNING id::text, xmin::text::bigint, pg_current_xact_id()::text::bigint`,
+		` ON CONFLICT DO NOTHING`,
+		` ON CONFLICT DO NOTHING RETURNING id::text, xmin::text::bigint, pg_current_xact_id()::text::bigint`,
 	}
 	for many := range 2 {
 		for returning := range 2 {

@@ -1,0 +1,101 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/events"
+
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// Retention by partition drop: Setup makes the outbox partitioned by
+// occurred_at before the hook is registered; events are written (once each,
+// also when written again under the same id), published in both modes, and
+// kept for the retention; then the partitions whose events were all
+// published longer ago are dropped, while a dead event keeps its own.
+func TestDropPartitions(t *testing.T) {
+	for _, ordered := range []bool{false, true} {
+		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
+			t.Parallel()
+			_, dsn := pgtest.Schema(t)
+			db := pgtest.OpenDSN(t, dsn, nil)
+			gc := newGoChannel()
+			got := consume(t, gc, "account.deposited")
+			const retention = 500 * time.Millisecond
+			r, err := relay.New(db, gc, relay.Config{Ordered: ordered, Retention: retention, DropPartitions: true,
+				PartitionInterval: time.Second, CleanupInterval: 100 * time.Millisecond, PollInterval: 20 * time.Millisecond,
+				MinBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, MaxAttempts: 1,
+				LeaseDuration: 3 * time.Second, PublishTimeout: time.Second, Logger: quietLogger()})
+			testkit.Must(t, err)
+			testkit.Must(t, r.Setup(context.Background()))
+			testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{})))
+			testkit.Must(t, db.AutoMigrate(&Account{}))
+			e := &env{t: t, db: db, dsn: dsn}
+			partitions := func() int64 {
+				var n int64
+				testkit.Must(t, db.Raw(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_messages'::regclass`).Scan(&n).Error)
+				return n
+			}
+			if n := partitions(); n < 4 {
+				t.Fatalf("%d partitions after Setup; want the default and the ranges around now", n)
+			}
+
+			// A dead event: its partition (and whatever else is in it) stays.
+			poison := e.write(1, 1)
+			var poisonID uuid.UUID
+			for _, ids := range poison {
+				poisonID = ids[0]
+			}
+			testkit.Must(t, testkit.SetOutboxColumn(db, poisonID, "metadata", `[]`))
+			time.Sleep(1100 * time.Millisecond) // the others in later ranges
+			// An event written again (same id, same occurred_at) is refused as
+			// a duplicate, as on a plain outbox.
+			twice := events.Envelope{ID: events.NewID(), Type: "account.deposited", Version: 1,
+				OccurredAt: time.Now().UTC(), Payload: []byte(`{"AccountID":"` + uuid.NewString() + `"}`)}
+			testkit.Must(t, db.Transaction(func(tx *gorm.DB) error {
+				return outboxhook.AddMessages(tx, "account.deposited", relay.NewMessage(twice))
+			}))
+			err = db.Transaction(func(tx *gorm.DB) error {
+				return outboxhook.AddMessages(tx, "account.deposited", relay.NewMessage(twice))
+			})
+			if !errors.Is(err, outboxhook.ErrDuplicateID) {
+				t.Fatalf("the same event added again: %v, want ErrDuplicateID", err)
+			}
+
+			e.run(r)
+			ids := e.write(20, 2)
+			eventually(t, 10*time.Second, "the events published", func() bool { return got.HasAll(idSet(ids)) })
+			if ordered {
+				checkOrder(t, ids, got)
+			}
+			if n := got.Count(twice.ID.String()); n != 1 {
+				t.Fatalf("the event written twice was published %d times", n)
+			}
+			// Everything published, kept for the retention, then dropped with
+			// its partition: only the dead event's row stays.
+			eventually(t, 15*time.Second, "the published events' partitions dropped", func() bool {
+				rows := testkit.Outbox(t, db)
+				return len(rows) == 1 && rows[0].Dead
+			})
+			var left int64
+			testkit.Must(t, db.Raw(`SELECT count(*) FROM outbox_messages_default`).Scan(&left).Error)
+			if left != 0 {
+				t.Fatalf("%d events in the default partition", left)
+			}
+			s, err := r.Stats(context.Background())
+			testkit.Must(t, err)
+			if s.Dead != 1 || s.Pending != 0 {
+				t.Fatalf("stats %+v", s)
+			}
+		})
+	}
+}
