@@ -105,7 +105,15 @@ func (r *Relay) recoverOutage(ctx context.Context, out *outcome) {
 	for i, k := range keys {
 		topics[i], types[i] = k.topic, k.typ
 	}
-	n, err := r.st.RecoverOutage(ctx, r.db, since, topics, types)
+	var (
+		n   int64
+		err error
+	)
+	if p, ok := r.st.(positioned); ok && r.cfg.Ordered {
+		n, err = p.RecoverOwned(ctx, r.db, since, topics, types, r.cfg.Partitions, r.cfg.InstanceID)
+	} else {
+		n, err = r.st.RecoverOutage(ctx, r.db, since, topics, types)
+	}
 	if err != nil {
 		r.health.forget(since, keys)
 		r.log.Warn("publisher back after an outage; could not make waiting retries due", "err", err)

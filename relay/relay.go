@@ -58,6 +58,13 @@ type positioned interface {
 	// positions and lowers the positions to them (the sweep of ordered mode).
 	// It returns how many it found.
 	Probe(ctx context.Context, x store.Execer, partitions int, owned []int32) (int, error)
+	// RecoverOwned is RecoverOutage on the events of the partitions leased
+	// to instance (by the lease table, at the time of the update), for
+	// ordered mode: the other instances keep positions past their own
+	// waiting retries, which made due at once by another instance would let
+	// the later events of their aggregates be claimed first. Each instance
+	// recovers its own partitions when its own publishes succeed again.
+	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, partitions int, instance string) (int64, error)
 }
 
 // rewind makes the next claims start at the head, if the store keeps a

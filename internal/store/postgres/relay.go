@@ -46,7 +46,7 @@ type relay struct {
 	q struct {
 		claimLocked, claimOrdered                                                [2]string // by [frontier check]
 		claimLeased, unlease, markDelete, markProcessed, markFailed              string
-		recoverOutage, stats, storage, dead, requeue, requeueAll, cleanup, probe string
+		recoverOutage, recoverOwned, stats, storage, dead, requeue, requeueAll, cleanup, probe string
 	}
 	leases leases
 	pos    *position // where claims start; shared with the sweeping view
@@ -127,13 +127,18 @@ RETURNING {cols}`)
   dead_at = CASE WHEN u.dead THEN statement_timestamp() END
 FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::bool[], $5::float8[]) AS u(id, err, strike, dead, delay)
 WHERE o.id = u.id AND o.processed_at IS NULL AND o.dead_at IS NULL`)
-	q.recoverOutage = rep.Replace(`WITH u AS (UPDATE {t} AS o SET available_at = statement_timestamp()
+	recover := `WITH u AS (UPDATE {t} AS o SET available_at = statement_timestamp()
 FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::text[])) AS k(topic, type)
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0
   AND o.available_at > statement_timestamp() AND o.last_failed_at >= $1
-  AND o.topic = k.topic AND o.type = k.type
+  AND o.topic = k.topic AND o.type = k.type{owned}
 RETURNING 1)
-SELECT count(*) FROM u`)
+SELECT count(*) FROM u`
+	q.recoverOutage = rep.Replace(strings.Replace(recover, "{owned}", "", 1))
+	// Only the partitions leased to $5 ($4 partitions) by the lease table.
+	q.recoverOwned = rep.Replace(strings.Replace(recover, "{owned}", `
+  AND `+strings.Replace(partitionExpr, "$2", "$4", 1)+` IN (SELECT partition FROM `+t.Derived("_leases").Quoted()+`
+    WHERE owner = $5 AND expires_at > statement_timestamp())`, 1))
 	q.stats = rep.Replace(`SELECT p.n, p.failing, (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL), p.age
 FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
         extract(epoch FROM now() - min(created_at)) AS age
@@ -411,8 +416,17 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 }
 
 func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
+	return r.recover(ctx, x, r.q.recoverOutage, since, topics, types)
+}
+
+// RecoverOwned is RecoverOutage on the partitions leased to instance.
+func (r *relay) RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, partitions int, instance string) (int64, error) {
+	return r.recover(ctx, x, r.q.recoverOwned, since, topics, types, partitions, instance)
+}
+
+func (r *relay) recover(ctx context.Context, x store.Execer, q string, since time.Time, topics, types []string, more ...any) (int64, error) {
 	var n int64
-	if err := store.QueryRow(ctx, x, r.q.recoverOutage, []any{since, topics, types}, &n); err != nil {
+	if err := store.QueryRow(ctx, x, q, append([]any{since, topics, types}, more...), &n); err != nil {
 		return 0, err
 	}
 	if n > 0 {
