@@ -44,8 +44,8 @@ const claimCols = `o.id::text, o.type, o.version, o.aggregate_type, o.aggregate_
 type relay struct {
 	t ident.Table
 	q struct {
-		claimLocked, claimOrdered                                                [2]string // by [frontier check]
-		claimLeased, unlease, markDelete, markProcessed, markFailed              string
+		claimLocked, claimOrdered                                                              [2]string // by [frontier check]
+		claimLeased, unlease, markDelete, markProcessed, markFailed                            string
 		recoverOutage, recoverOwned, stats, storage, dead, requeue, requeueAll, cleanup, probe string
 	}
 	leases leases
