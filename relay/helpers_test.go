@@ -7,9 +7,7 @@ package relay_test
 // received come from internal/testkit.
 
 import (
-	"context"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,7 +17,6 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
@@ -28,18 +25,11 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-type Account struct {
-	ID      uuid.UUID `gorm:"type:uuid;primaryKey"`
-	Balance int
-	aggregate.Root
-}
-
-type Deposited struct {
-	AccountID uuid.UUID
-	Seq       int
-}
-
-func (Deposited) EventType() string { return "account.deposited" }
+// Account and Deposited are the tests' aggregate and event (testkit's).
+type (
+	Account   = testkit.Account
+	Deposited = testkit.Deposited
+)
 
 // env is one test's world: a schema with the outbox, and the GORM handle.
 type env struct {
@@ -80,29 +70,7 @@ func (e *env) pending() int64 { return testkit.Pending(e.t, e.db) }
 // run starts a relay and stops it when the test ends (or at stop). returned
 // tells whether Run returned before it was cancelled, which it never should.
 func (e *env) run(r *relay.Relay) (returned *atomic.Bool, stop func()) {
-	returned = &atomic.Bool{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := r.Run(ctx); err != nil {
-			e.t.Errorf("Run returned %v", err)
-		}
-		returned.Store(ctx.Err() == nil)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				e.t.Error("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	e.t.Cleanup(stop)
-	return returned, stop
+	return testkit.Run(e.t, r.Run)
 }
 
 func quietLogger() *slog.Logger { return testkit.Quiet() }

@@ -27,6 +27,15 @@ func QueryRow(ctx context.Context, x Execer, q string, args []any, dest ...any) 
 
 // Column runs q and returns the one column of its rows.
 func Column[T any](ctx context.Context, x Execer, q string, args ...any) ([]T, error) {
+	return Collect(ctx, x, q, args, func(rows *sql.Rows) (T, error) {
+		var v T
+		err := rows.Scan(&v)
+		return v, err
+	})
+}
+
+// Collect runs q and returns its rows, each read by scan.
+func Collect[T any](ctx context.Context, x Execer, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	rows, err := x.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -34,8 +43,8 @@ func Column[T any](ctx context.Context, x Execer, q string, args ...any) ([]T, e
 	defer func() { _ = rows.Close() }()
 	var out []T
 	for rows.Next() {
-		var v T
-		if err := rows.Scan(&v); err != nil {
+		v, err := scan(rows)
+		if err != nil {
 			return nil, err
 		}
 		out = append(out, v)

@@ -403,3 +403,33 @@ func RunRouter(t testing.TB, r *message.Router) {
 		<-done
 	})
 }
+
+// Run runs run (a Relay's Run) until the test ends or stop is called, and
+// fails the test if run returns an error or does not return within 30s of
+// its cancel. returned tells whether run returned before it was cancelled,
+// which a relay never should.
+func Run(t testing.TB, run func(context.Context) error) (returned *atomic.Bool, stop func()) {
+	returned = &atomic.Bool{}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := run(ctx); err != nil {
+			t.Errorf("Run returned %v", err)
+		}
+		returned.Store(ctx.Err() == nil)
+	}()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Error("Run did not return within 30s of cancel")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return returned, stop
+}

@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -27,18 +26,11 @@ func TestMain(m *testing.M) {
 	pgtest.Main(m)
 }
 
-type Account struct {
-	ID      uuid.UUID `gorm:"type:varchar(36);primaryKey"`
-	Balance int
-	aggregate.Root
-}
-
-type Deposited struct {
-	AccountID uuid.UUID
-	Seq       int
-}
-
-func (Deposited) EventType() string { return "account.deposited" }
+// Account and Deposited are the tests' aggregate and event (testkit's).
+type (
+	Account   = testkit.Account
+	Deposited = testkit.Deposited
+)
 
 // env is one test's world: a database of the test's own with the outbox, every
 // event published to topic.

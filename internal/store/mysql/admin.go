@@ -84,29 +84,7 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 	if len(where) > 0 {
 		cond = "AND " + strings.Join(where, " AND ")
 	}
-	rows, err := x.QueryContext(ctx, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit)...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.DeadRow
-	for rows.Next() {
-		var (
-			d       store.DeadRow
-			lastErr sql.NullString
-			deadAt  any
-		)
-		c, err := scanClaimed(rows, &lastErr, &deadAt)
-		if err != nil {
-			return nil, err
-		}
-		d.Claimed, d.LastError = c, lastErr.String
-		if d.DeadAt, err = parseTime(deadAt); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit), scanDead)
 }
 
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
@@ -156,11 +134,10 @@ func (a *admin) bySeqs(ctx context.Context, x store.Execer, q string, seqs []int
 	for len(seqs) > 0 {
 		chunk := seqs[:min(len(seqs), 1000)]
 		seqs = seqs[len(chunk):]
-		res, err := x.ExecContext(ctx, strings.Replace(q, "{seqs}", placeholders(len(chunk)), 1), anys(chunk)...)
+		n, err := store.Affected(ctx, x, strings.Replace(q, "{seqs}", placeholders(len(chunk)), 1), anys(chunk)...)
 		if err != nil {
 			return total, err
 		}
-		n, _ := res.RowsAffected()
 		total += n
 	}
 	return total, nil

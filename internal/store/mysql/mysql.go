@@ -194,11 +194,7 @@ func (o *outbox) insert(ctx context.Context, x store.Execer, evs []store.Event) 
 		args = append(args, e.ID.String(), e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic,
 			string(e.Payload), string(e.Metadata), e.OccurredAt.UTC())
 	}
-	res, err := x.ExecContext(ctx, b.String(), args...)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, x, b.String(), args...)
 }
 
 // IsDuplicate reports whether err is MySQL's duplicate key error (1062).
@@ -310,11 +306,7 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 // Cleanup deletes a batch (DELETE ... LIMIT); concurrent cleaners take turns on
 // InnoDB's row locks.
 func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	res, err := db.ExecContext(ctx, in.cleanupQ, olderThan.Microseconds(), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, db, in.cleanupQ, olderThan.Microseconds(), limit)
 }
 
 // PermissionDenied reports whether err is MySQL's "command denied" (1142) or

@@ -229,11 +229,10 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
 	var total int64
 	for i := range topics {
-		res, err := x.ExecContext(ctx, r.q.recoverOutage, since.UTC(), topics[i], types[i])
+		n, err := store.Affected(ctx, x, r.q.recoverOutage, since.UTC(), topics[i], types[i])
 		if err != nil {
 			return total, err
 		}
-		n, _ := res.RowsAffected()
 		total += n
 	}
 	return total, nil
@@ -254,29 +253,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 }
 
 func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.DeadRow, error) {
-	rows, err := x.QueryContext(ctx, r.q.dead, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.DeadRow
-	for rows.Next() {
-		var (
-			d       store.DeadRow
-			lastErr sql.NullString
-			deadAt  any
-		)
-		c, err := scanClaimed(rows, &lastErr, &deadAt)
-		if err != nil {
-			return nil, err
-		}
-		d.Claimed, d.LastError = c, lastErr.String
-		if d.DeadAt, err = parseTime(deadAt); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
 func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
@@ -286,30 +263,18 @@ func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, e
 	} else if err != nil {
 		return false, err
 	}
-	res, err := x.ExecContext(ctx, r.q.requeue, seq)
-	if err != nil {
-		return false, err
-	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+	n, err := store.Affected(ctx, x, r.q.requeue, seq)
+	return n > 0, err
 }
 
 func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
-	res, err := x.ExecContext(ctx, r.q.requeueAll)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, x, r.q.requeueAll)
 }
 
 // Cleanup deletes a batch (DELETE ... LIMIT); concurrent cleaners take turns on
 // InnoDB's row locks.
 func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	res, err := db.ExecContext(ctx, r.q.cleanup, olderThan.Microseconds(), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, db, r.q.cleanup, olderThan.Microseconds(), limit)
 }
 
 func (r *relay) Leases() store.Leases { return r.leases }
@@ -392,4 +357,20 @@ func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string)
 func (l leases) Leave(ctx context.Context, x store.Execer, instance string) error {
 	_, err := x.ExecContext(ctx, `DELETE FROM `+l.rt+` WHERE instance = ?`, instance)
 	return err
+}
+
+// scanDead reads a dead event: the claimed columns, last_error, dead_at.
+func scanDead(rows *sql.Rows) (store.DeadRow, error) {
+	var (
+		d       store.DeadRow
+		lastErr sql.NullString
+		deadAt  any
+	)
+	c, err := scanClaimed(rows, &lastErr, &deadAt)
+	if err != nil {
+		return d, err
+	}
+	d.Claimed, d.LastError = c, lastErr.String
+	d.DeadAt, err = parseTime(deadAt)
+	return d, err
 }

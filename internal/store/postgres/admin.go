@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -76,25 +75,7 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 		cond = "AND " + strings.Join(where, " AND ")
 	}
 	q := strings.NewReplacer("{where}", cond, "{limit}", arg(limit)).Replace(a.q.findDead)
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.DeadRow
-	for rows.Next() {
-		var (
-			d       store.DeadRow
-			lastErr sql.NullString
-		)
-		c, err := scanClaimed(rows, &lastErr, &d.DeadAt)
-		if err != nil {
-			return nil, err
-		}
-		d.Claimed, d.LastError = c, lastErr.String
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, q, args, scanDead)
 }
 
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {

@@ -485,25 +485,7 @@ SELECT
     UNION ALL SELECT prepared FROM pg_prepared_xacts) x)))::float8`
 
 func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.DeadRow, error) {
-	rows, err := x.QueryContext(ctx, r.q.dead, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.DeadRow
-	for rows.Next() {
-		var (
-			d       store.DeadRow
-			lastErr sql.NullString
-		)
-		c, err := scanClaimed(rows, &lastErr, &d.DeadAt)
-		if err != nil {
-			return nil, err
-		}
-		d.Claimed, d.LastError = c, lastErr.String
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
 // Requeue makes a dead event pending again; the positions go back to the
@@ -1229,4 +1211,15 @@ func (r *relay) dropPartition(ctx context.Context, db *sql.DB, name string, olde
 		return false, err
 	}
 	return true, tx.Commit()
+}
+
+// scanDead reads a dead event: the claimed columns, last_error, dead_at.
+func scanDead(rows *sql.Rows) (store.DeadRow, error) {
+	var (
+		d       store.DeadRow
+		lastErr sql.NullString
+	)
+	c, err := scanClaimed(rows, &lastErr, &d.DeadAt)
+	d.Claimed, d.LastError = c, lastErr.String
+	return d, err
 }

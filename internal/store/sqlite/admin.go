@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"time"
 
@@ -74,28 +73,7 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 	if len(where) > 0 {
 		cond = "AND " + strings.Join(where, " AND ")
 	}
-	rows, err := x.QueryContext(ctx, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit)...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.DeadRow
-	for rows.Next() {
-		var (
-			d                 store.DeadRow
-			payload, metadata string
-			occurred, deadAt  int64
-			lastErr           sql.NullString
-		)
-		if err := rows.Scan(&d.ID, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &payload, &metadata,
-			&occurred, &d.Attempts, &d.Strikes, &lastErr, &deadAt); err != nil {
-			return nil, err
-		}
-		d.Payload, d.Metadata = []byte(payload), []byte(metadata)
-		d.OccurredAt, d.DeadAt, d.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(deadAt).UTC(), lastErr.String
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit), scanDead)
 }
 
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {

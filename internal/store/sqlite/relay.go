@@ -72,7 +72,7 @@ WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= 
 	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min(created_at),
   (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
-	q.dead = rep.Replace(`SELECT seq, {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL ORDER BY dead_at, seq LIMIT ?`)
+	q.dead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL ORDER BY dead_at, seq LIMIT ?`)
 	q.requeue = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
 WHERE id = ? AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
@@ -223,11 +223,10 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
 	var total int64
 	for i := range topics {
-		res, err := x.ExecContext(ctx, r.q.recoverOutage, since.UnixMicro(), topics[i], types[i])
+		n, err := store.Affected(ctx, x, r.q.recoverOutage, since.UnixMicro(), topics[i], types[i])
 		if err != nil {
 			return total, err
 		}
-		n, _ := res.RowsAffected()
 		total += n
 	}
 	return total, nil
@@ -255,55 +254,21 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 }
 
 func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.DeadRow, error) {
-	rows, err := x.QueryContext(ctx, r.q.dead, limit)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.DeadRow
-	for rows.Next() {
-		var (
-			d                 store.DeadRow
-			seq               int64
-			payload, metadata string
-			occurred, deadAt  int64
-			lastErr           sql.NullString
-		)
-		if err := rows.Scan(&seq, &d.ID, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &payload, &metadata,
-			&occurred, &d.Attempts, &d.Strikes, &lastErr, &deadAt); err != nil {
-			return nil, err
-		}
-		d.Payload, d.Metadata = []byte(payload), []byte(metadata)
-		d.OccurredAt, d.DeadAt, d.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(deadAt).UTC(), lastErr.String
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
 func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
-	res, err := x.ExecContext(ctx, r.q.requeue, id)
-	if err != nil {
-		return false, err
-	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+	n, err := store.Affected(ctx, x, r.q.requeue, id)
+	return n > 0, err
 }
 
 func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
-	res, err := x.ExecContext(ctx, r.q.requeueAll)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, x, r.q.requeueAll)
 }
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
 func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	res, err := db.ExecContext(ctx, r.q.cleanup, olderThan.Microseconds(), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, db, r.q.cleanup, olderThan.Microseconds(), limit)
 }
 
 func (r *relay) Leases() store.Leases { return r.leases }
@@ -364,4 +329,21 @@ func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string)
 func (l leases) Leave(ctx context.Context, x store.Execer, instance string) error {
 	_, err := x.ExecContext(ctx, `DELETE FROM `+l.rt+` WHERE instance = ?`, instance)
 	return err
+}
+
+// scanDead reads a dead event: the claimed columns, last_error, dead_at.
+func scanDead(rows *sql.Rows) (store.DeadRow, error) {
+	var (
+		d                 store.DeadRow
+		payload, metadata string
+		occurred, deadAt  int64
+		lastErr           sql.NullString
+	)
+	if err := rows.Scan(&d.ID, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &payload, &metadata,
+		&occurred, &d.Attempts, &d.Strikes, &lastErr, &deadAt); err != nil {
+		return d, err
+	}
+	d.Payload, d.Metadata = []byte(payload), []byte(metadata)
+	d.OccurredAt, d.DeadAt, d.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(deadAt).UTC(), lastErr.String
+	return d, nil
 }

@@ -235,11 +235,7 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
 func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	res, err := db.ExecContext(ctx, in.cleanupQ, time.Now().Add(-olderThan).UnixMicro(), limit)
-	if err != nil {
-		return 0, err
-	}
-	return res.RowsAffected()
+	return store.Affected(ctx, db, in.cleanupQ, time.Now().Add(-olderThan).UnixMicro(), limit)
 }
 
 // PermissionDenied reports whether err says the database is read-only or may

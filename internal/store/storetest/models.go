@@ -1,7 +1,6 @@
 package storetest
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
@@ -261,18 +260,11 @@ func quiet() *slog.Logger { return testkit.Quiet() }
 // The relay's world: accounts whose deposits are the events, in a database of
 // the test's own that relays (and writers) open as other processes would.
 
-type Account struct {
-	ID      uuid.UUID `gorm:"type:varchar(36);primaryKey"`
-	Balance int
-	aggregate.Root
-}
-
-type Deposited struct {
-	AccountID uuid.UUID
-	Seq       int
-}
-
-func (Deposited) EventType() string { return "account.deposited" }
+// Account and Deposited are the tests' aggregate and event (testkit's).
+type (
+	Account   = testkit.Account
+	Deposited = testkit.Deposited
+)
 
 // Withdrawn is a second event type; with the default topic (the event type)
 // it goes to a topic of its own.
@@ -439,29 +431,7 @@ func (e *relayEnv) relay(db *gorm.DB, pub message.Publisher, cfg relay.Config) *
 // run starts r and stops it when the test ends (or at stop). returned tells
 // whether Run returned before it was cancelled, which it never should.
 func (e *relayEnv) run(r *relay.Relay) (returned *atomic.Bool, stop func()) {
-	returned = &atomic.Bool{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := r.Run(ctx); err != nil {
-			e.t.Errorf("Run returned %v", err)
-		}
-		returned.Store(ctx.Err() == nil)
-	}()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				e.t.Error("Run did not return within 30s of cancel")
-			}
-		})
-	}
-	e.t.Cleanup(stop)
-	return returned, stop
+	return testkit.Run(e.t, r.Run)
 }
 
 func modeName(ordered bool) string {
