@@ -25,15 +25,8 @@ strikes (failures confirmed by a later publish), when it died, last error.`)
 	olderThan := fs.String("older-than", "", "only events that died more than this long ago (90m, 36h, 7d)")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "print JSON (without payloads: dead show has them)")
-	pos, err := c.parse(fs, args, true)
-	if err != nil {
-		return c.usageError(err)
-	}
-	if pos == nil {
-		return exitOK
-	}
-	if len(pos) > 0 {
-		return c.usageError(fmt.Errorf("unexpected argument %q", pos[0]))
+	if code, ok := c.parseNone(fs, args); !ok {
+		return code
 	}
 	age, err := parseAge(*olderThan, false)
 	if err != nil {
@@ -252,15 +245,8 @@ Deletes the dead events that died more than D ago (90m, 36h, 7d; 0 for every
 dead event). Pending and published events are never touched.`)
 	olderThan := fs.String("older-than", "", "delete the dead events that died more than this long ago (required)")
 	dryRun := fs.Bool("dry-run", false, "say what would be deleted, and delete nothing")
-	pos, err := c.parse(fs, args, true)
-	if err != nil {
-		return c.usageError(err)
-	}
-	if pos == nil {
-		return exitOK
-	}
-	if len(pos) > 0 {
-		return c.usageError(fmt.Errorf("unexpected argument %q", pos[0]))
+	if code, ok := c.parseNone(fs, args); !ok {
+		return code
 	}
 	age, err := parseAge(*olderThan, true)
 	if err != nil {

@@ -180,6 +180,23 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, interleave bool) ([]string,
 	}
 }
 
+// parseNone parses a command that takes flags and no positional argument.
+// ok is false when the command is over (help was asked for, or the command
+// line is bad), with code the exit code to return.
+func (c *cli) parseNone(fs *flag.FlagSet, args []string) (code int, ok bool) {
+	pos, err := c.parse(fs, args, true)
+	if err != nil {
+		return c.usageError(err), false
+	}
+	if pos == nil {
+		return exitOK, false
+	}
+	if len(pos) > 0 {
+		return c.usageError(fmt.Errorf("unexpected argument %q", pos[0])), false
+	}
+	return exitOK, true
+}
+
 // usageError reports a bad command line and returns exitUsage.
 func (c *cli) usageError(err error) int {
 	help := "herald help"

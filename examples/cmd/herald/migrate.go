@@ -39,15 +39,8 @@ missing.`)
 	}
 	sub = args[0]
 	c.cmd = "migrate " + sub
-	pos, err := c.parse(fs, args[1:], true)
-	if err != nil {
-		return c.usageError(err)
-	}
-	if pos == nil {
-		return exitOK
-	}
-	if len(pos) > 0 {
-		return c.usageError(fmt.Errorf("unexpected argument %q", pos[0]))
+	if code, ok := c.parseNone(fs, args[1:]); !ok {
+		return code
 	}
 	if sub != "up" && sub != "status" && sub != "print" {
 		c.cmd = "migrate"

@@ -20,15 +20,8 @@ the last minute. Exits with 3 when the outbox is unhealthy: dead events, or a
 pending event older than --max-age (for cron and health checks).`)
 	asJSON := fs.Bool("json", false, "print JSON")
 	maxAge := fs.Duration("max-age", 5*time.Minute, "an oldest pending event older than this is unhealthy; 0: never")
-	pos, err := c.parse(fs, args, true)
-	if err != nil {
-		return c.usageError(err)
-	}
-	if pos == nil {
-		return exitOK
-	}
-	if len(pos) > 0 {
-		return c.usageError(fmt.Errorf("unexpected argument %q", pos[0]))
+	if code, ok := c.parseNone(fs, args); !ok {
+		return code
 	}
 	if *maxAge < 0 {
 		return c.usageError(errors.New("--max-age must not be negative"))

@@ -197,29 +197,13 @@ var mysqlBench = benchDB{
 
 // scanClaimed reads the rows a claim returned (what a relay must read) and
 // counts them.
-func scanClaimed(rows *sql.Rows, err error) (int, error) {
-	if err != nil {
-		return 0, err
-	}
-	defer rows.Close()
-	n := 0
-	for rows.Next() {
-		var (
-			id, typ, aggType, aggID, topic string
-			version, attempts              int
-			payload, md                    []byte
-			occurred                       time.Time
-		)
-		if err := rows.Scan(&id, &typ, &version, &aggType, &aggID, &topic, &payload, &md, &occurred, &attempts); err != nil {
-			return n, err
-		}
-		n++
-	}
-	return n, rows.Err()
-}
+func scanClaimed(rows *sql.Rows, err error) (int, error) { return scanClaimedAs[time.Time](rows, err) }
 
 // scanClaimedInts is scanClaimed for SQLite's integer times.
-func scanClaimedInts(rows *sql.Rows, err error) (int, error) {
+func scanClaimedInts(rows *sql.Rows, err error) (int, error) { return scanClaimedAs[int64](rows, err) }
+
+// scanClaimedAs is scanClaimed with occurred_at read as a T.
+func scanClaimedAs[T any](rows *sql.Rows, err error) (int, error) {
 	if err != nil {
 		return 0, err
 	}
@@ -230,7 +214,7 @@ func scanClaimedInts(rows *sql.Rows, err error) (int, error) {
 			id, typ, aggType, aggID, topic string
 			version, attempts              int
 			payload, md                    []byte
-			occurred                       int64
+			occurred                       T
 		)
 		if err := rows.Scan(&id, &typ, &version, &aggType, &aggID, &topic, &payload, &md, &occurred, &attempts); err != nil {
 			return n, err
