@@ -32,7 +32,8 @@ type Config struct {
 	// chunks of one topic in unordered mode, aggregates in ordered mode. Defaults to 8.
 	PublishConcurrency int
 	// Workers is how many batches run at once while there is a backlog (a batch
-	// came back full), each in its own transaction; in ordered mode each works a
+	// came back full), each in its own transaction; each worker claims its next
+	// batch as soon as its last one is marked. In ordered mode each works a
 	// disjoint share of the partitions. Defaults to 2.
 	Workers int
 	// MaxAttempts is how many strikes make an event dead: it is kept, with

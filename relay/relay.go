@@ -288,9 +288,16 @@ func (r *Relay) loop(ctx context.Context) {
 	}
 }
 
-// round runs one batch, or under a backlog Workers batches at once (each in its
-// own transaction; in ordered mode each on its own share of the partitions). It
-// returns how many events they claimed and whether any batch came back full.
+// workerRun is how many batches in a row a worker of a round may run: while
+// its batches come back full it claims the next at once, without waiting for
+// the other workers' batches, then the round ends (and the loop decides again).
+const workerRun = 8
+
+// round runs one batch, or under a backlog Workers at once, each running
+// batches while they come back full (at most workerRun), each batch in its own
+// transaction; in ordered mode each worker on its own share of the partitions.
+// It returns how many events they claimed and whether a worker's last batch
+// came back full (more may be due).
 func (r *Relay) round(ctx context.Context, backlog bool) (n int, full bool, err error) {
 	k := 1
 	if backlog {
@@ -308,13 +315,22 @@ func (r *Relay) round(ctx context.Context, backlog bool) (n int, full bool, err 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got, cerr := r.cycle(ctx, w, k)
-			mu.Lock()
-			defer mu.Unlock()
-			n += got
-			full = full || got >= r.cfg.BatchSize
-			if cerr != nil && err == nil {
-				err = cerr
+			for i := range workerRun {
+				got, cerr := r.cycle(ctx, w, k)
+				mu.Lock()
+				n += got
+				more := got >= r.cfg.BatchSize
+				if cerr != nil && err == nil {
+					err = cerr
+				}
+				stop := !more || err != nil || ctx.Err() != nil || i == workerRun-1
+				if stop {
+					full = full || more
+				}
+				mu.Unlock()
+				if stop {
+					return
+				}
 			}
 		}()
 	}

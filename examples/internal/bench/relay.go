@@ -97,6 +97,7 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	only := fs.String("only", "", "run only the scenarios whose name contains this (or one of these, |-separated)")
 	batch := fs.Int("batch", 0, "relay BatchSize (0: the default)")
 	conc := fs.Int("concurrency", 0, "relay PublishConcurrency (0: the default)")
+	workers := fs.Int("workers", 0, "relay Workers (0: the default)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -114,7 +115,7 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	// already in the outbox, loaded through db.
 	herald := func(ordered bool) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
 		return func(db *gorm.DB, _ string, pub message.Publisher, done <-chan struct{}) error {
-			r, err := relay.New(db, pub, relay.Config{Ordered: ordered, BatchSize: *batch, PublishConcurrency: *conc, Logger: discardLogger()})
+			r, err := relay.New(db, pub, relay.Config{Ordered: ordered, BatchSize: *batch, PublishConcurrency: *conc, Workers: *workers, Logger: discardLogger()})
 			if err != nil {
 				return err
 			}
