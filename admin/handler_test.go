@@ -55,7 +55,7 @@ func get(path string) *http.Request {
 func TestHandlerReadOnly(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d)
-		ids := e.add(OrderPlaced{"1"}, PaymentTaken{"2"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, PaymentTaken{OrderID: "2"})
 		e.kill(ids[1], time.Minute, "payments: <script>alert(1)</script> refused")
 		h := e.handler(admin.Config{})
 
@@ -95,7 +95,7 @@ func TestHandlerReadOnly(t *testing.T) {
 func TestHandlerRequeueAndCSRF(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d)
-		ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, PaymentTaken{"3"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, PaymentTaken{OrderID: "3"})
 		for _, id := range ids {
 			e.kill(id, time.Minute, "refused")
 		}
@@ -179,7 +179,7 @@ func TestHandlerRequeueAndCSRF(t *testing.T) {
 func TestHandlerJSON(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d)
-		ids := e.add(OrderPlaced{"1"}, PaymentTaken{"2"}, PaymentTaken{"3"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, PaymentTaken{OrderID: "2"}, PaymentTaken{OrderID: "3"})
 		e.kill(ids[1], time.Minute, "refused")
 		e.fail(ids[2])
 		h := e.handler(admin.Config{DeadLimit: 5})
@@ -269,7 +269,7 @@ func TestHandlerMissingTable(t *testing.T) {
 // after a POST, stay under the prefix.
 func TestHandlerUnderPrefix(t *testing.T) {
 	e := newEnv(t, testkit.SQLite)
-	ids := e.add(OrderPlaced{"1"})
+	ids := e.add(OrderPlaced{OrderID: "1"})
 	e.kill(ids[0], time.Minute, "refused")
 	mux := http.NewServeMux()
 	h := http.StripPrefix("/ops/outbox", e.handler(admin.Config{AllowWrites: true}))
@@ -337,7 +337,7 @@ func compact(b []byte) string {
 // With a retention the page shows what was published in the last minute.
 func TestHandlerPublished(t *testing.T) {
 	e := newEnv(t, testkit.SQLite)
-	ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, PaymentTaken{"3"})
+	ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, PaymentTaken{OrderID: "3"})
 	e.stamp(ids[0], "processed_at", time.Second)
 	e.stamp(ids[1], "processed_at", 2*time.Second)
 	_, body := serve(t, e.handler(admin.Config{}), get("/"))

@@ -17,21 +17,12 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// OrderPlaced goes to the topic "orders", PaymentTaken to "payments".
-type OrderPlaced struct{ OrderID string }
-
-func (OrderPlaced) EventType() string { return "order.placed" }
-
-type PaymentTaken struct{ OrderID string }
-
-func (PaymentTaken) EventType() string { return "payment.taken" }
-
-func topicOf(env *events.Envelope) string {
-	if env.Type == "payment.taken" {
-		return "payments"
-	}
-	return "orders"
-}
+// OrderPlaced goes to the topic "orders", PaymentTaken to "payments"
+// (testkit.OpsTopic).
+type (
+	OrderPlaced  = testkit.OrderPlaced
+	PaymentTaken = testkit.PaymentTaken
+)
 
 // env is a test's database with an outbox.
 type env struct {
@@ -43,7 +34,7 @@ type env struct {
 func newEnv(t *testing.T, d testkit.Dialect) *env {
 	t.Helper()
 	db := d.OpenNew(t, nil)
-	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Topic: topicOf})))
+	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Topic: testkit.OpsTopic})))
 	return &env{t: t, d: d, db: db}
 }
 

@@ -30,7 +30,7 @@ func TestStatus(t *testing.T) {
 			t.Fatalf("empty outbox: %+v", s)
 		}
 
-		ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, OrderPlaced{"3"}, PaymentTaken{"1"}, PaymentTaken{"2"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, OrderPlaced{OrderID: "3"}, PaymentTaken{OrderID: "1"}, PaymentTaken{OrderID: "2"})
 		e.fail(ids[1])
 		e.kill(ids[2], time.Minute, "broker refused")
 		e.kill(ids[4], time.Minute, "broker refused")
@@ -93,7 +93,7 @@ func TestDead(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d)
 		o := e.open(admin.Config{})
-		ids := e.add(OrderPlaced{"1"}, PaymentTaken{"2"}, OrderPlaced{"3"}, OrderPlaced{"4"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, PaymentTaken{OrderID: "2"}, OrderPlaced{OrderID: "3"}, OrderPlaced{OrderID: "4"})
 		e.kill(ids[0], time.Hour, "old failure")
 		e.kill(ids[1], time.Minute, "payment refused")
 		e.kill(ids[2], 2*time.Hour, "oldest failure\nsecond line")
@@ -147,7 +147,7 @@ func TestRequeue(t *testing.T) {
 		e := newEnv(t, d)
 		woken := 0
 		o := e.open(admin.Config{Wake: func() { woken++ }})
-		ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, PaymentTaken{"3"}, PaymentTaken{"4"}, OrderPlaced{"5"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, PaymentTaken{OrderID: "3"}, PaymentTaken{OrderID: "4"}, OrderPlaced{OrderID: "5"})
 		for _, id := range ids[:4] {
 			e.kill(id, time.Minute, "refused")
 		}
@@ -194,7 +194,7 @@ func TestPurgeDead(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d)
 		o := e.open(admin.Config{})
-		ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, OrderPlaced{"3"}, OrderPlaced{"4"}, OrderPlaced{"5"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, OrderPlaced{OrderID: "3"}, OrderPlaced{OrderID: "4"}, OrderPlaced{OrderID: "5"})
 		e.kill(ids[0], 48*time.Hour, "old")
 		e.kill(ids[1], time.Hour, "young")
 		e.fail(ids[2])

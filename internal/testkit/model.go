@@ -4,6 +4,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/events"
 )
 
 // Account is the tests' aggregate: an account whose deposits are the events.
@@ -23,3 +24,26 @@ type Deposited struct {
 
 // EventType names the event (and, with the default topic, its topic).
 func (Deposited) EventType() string { return "account.deposited" }
+
+// OrderPlaced and PaymentTaken are the operating tools' test events: two
+// types on two topics (OpsTopic), so figures per topic and filters by type
+// have something to tell apart.
+type OrderPlaced struct{ OrderID string }
+
+// EventType names the event.
+func (OrderPlaced) EventType() string { return "order.placed" }
+
+// PaymentTaken is the second event type of the operating tools' tests.
+type PaymentTaken struct{ OrderID string }
+
+// EventType names the event.
+func (PaymentTaken) EventType() string { return "payment.taken" }
+
+// OpsTopic is the outbox hook's Topic for OrderPlaced and PaymentTaken:
+// "payments" for payment.taken, "orders" for everything else.
+func OpsTopic(env *events.Envelope) string {
+	if env.Type == "payment.taken" {
+		return "payments"
+	}
+	return "orders"
+}

@@ -23,13 +23,12 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-type OrderPlaced struct{ OrderID string }
-
-func (OrderPlaced) EventType() string { return "order.placed" }
-
-type PaymentTaken struct{ OrderID string }
-
-func (PaymentTaken) EventType() string { return "payment.taken" }
+// OrderPlaced goes to the topic "orders", PaymentTaken to "payments"
+// (testkit.OpsTopic).
+type (
+	OrderPlaced  = testkit.OrderPlaced
+	PaymentTaken = testkit.PaymentTaken
+)
 
 // env is a test's database with an outbox, and its DATABASE_URL.
 type env struct {
@@ -46,12 +45,7 @@ func newEnv(t *testing.T, d testkit.Dialect, outbox bool) *env {
 	dsn := d.NewDSN(t)
 	db := d.Open(t, dsn, nil)
 	if outbox {
-		testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Topic: func(env *events.Envelope) string {
-			if env.Type == "payment.taken" {
-				return "payments"
-			}
-			return "orders"
-		}})))
+		testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Topic: testkit.OpsTopic})))
 	}
 	return &env{t: t, d: d, db: db, url: databaseURL(t, d.Name, dsn)}
 }
@@ -161,7 +155,7 @@ func TestStatusCommand(t *testing.T) {
 			t.Fatalf("empty outbox:\n%s", out)
 		}
 
-		ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, OrderPlaced{"3"}, PaymentTaken{"4"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, OrderPlaced{OrderID: "3"}, PaymentTaken{OrderID: "4"})
 		e.fail(ids[1])
 		e.kill(ids[2], time.Minute, "refused")
 		out = e.must(exitUnhealthy, "status")
@@ -223,7 +217,7 @@ func TestDeadCommands(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d, true)
 		e.must(exitOK, "dead", "list")
-		ids := e.add(OrderPlaced{"1"}, PaymentTaken{"2"}, OrderPlaced{"3"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, PaymentTaken{OrderID: "2"}, OrderPlaced{OrderID: "3"})
 		e.kill(ids[0], 2*time.Hour, "broker refused:\nno route")
 		e.kill(ids[1], time.Minute, "payload too large")
 
@@ -277,7 +271,7 @@ func TestDeadCommands(t *testing.T) {
 func TestRequeueCommand(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d, true)
-		ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, PaymentTaken{"3"}, PaymentTaken{"4"}, OrderPlaced{"5"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, PaymentTaken{OrderID: "3"}, PaymentTaken{OrderID: "4"}, OrderPlaced{OrderID: "5"})
 		for _, id := range ids[:4] {
 			e.kill(id, time.Minute, "refused")
 		}
@@ -330,7 +324,7 @@ func TestRequeueCommand(t *testing.T) {
 func TestPurgeDeadCommand(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d, true)
-		ids := e.add(OrderPlaced{"1"}, OrderPlaced{"2"}, OrderPlaced{"3"}, OrderPlaced{"4"})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, OrderPlaced{OrderID: "3"}, OrderPlaced{OrderID: "4"})
 		e.kill(ids[0], 10*24*time.Hour, "old")
 		e.kill(ids[1], time.Hour, "young")
 		e.stamp(ids[2], "created_at", 30*24*time.Hour) // an old pending event
@@ -474,7 +468,7 @@ func TestBadInput(t *testing.T) {
 // mysql:// becomes go-sql-driver's DSN with the settings Herald needs.
 func TestDatabaseURLs(t *testing.T) {
 	e := newEnv(t, testkit.SQLite, true)
-	e.add(OrderPlaced{"1"})
+	e.add(OrderPlaced{OrderID: "1"})
 	path := strings.TrimPrefix(strings.SplitN(e.url, "?", 2)[0], "file:")
 	for _, u := range []string{"sqlite://" + path, "file:" + path, "file://" + path, "sqlite://" + path + "?_pragma=busy_timeout(5000)"} {
 		code, out, errs := run1(t, u, "status", "--json")
@@ -503,7 +497,7 @@ func TestDatabaseURLs(t *testing.T) {
 // sends a NOTIFY on --channel, which a relay LISTENs on.
 func TestRequeueWakesRelays(t *testing.T) {
 	e := newEnv(t, testkit.Postgres, true)
-	ids := e.add(OrderPlaced{"1"})
+	ids := e.add(OrderPlaced{OrderID: "1"})
 	e.kill(ids[0], time.Minute, "refused")
 	sqlDB, err := e.db.DB()
 	testkit.Must(t, err)

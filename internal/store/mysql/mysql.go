@@ -243,19 +243,12 @@ func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int6
 	}
 	slices.Sort(b)
 	b = slices.Compact(b)
-	rows, err := x.QueryContext(ctx, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+placeholders(len(b))+`) ORDER BY k FOR UPDATE`, anys(b)...)
+	got, err := store.Column[int64](ctx, x, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+placeholders(len(b))+`) ORDER BY k FOR UPDATE`, anys(b)...)
 	if err != nil {
 		return err
 	}
-	n := 0
-	for rows.Next() {
-		n++
-	}
-	if err := rows.Close(); err != nil {
-		return err
-	}
-	if n != len(b) {
-		return fmt.Errorf("mysql: %d of %d aggregate lock rows missing in %s (run the migrations)", len(b)-n, len(b), Quote(o.t.Derived("_locks")))
+	if len(got) != len(b) {
+		return fmt.Errorf("mysql: %d of %d aggregate lock rows missing in %s (run the migrations)", len(b)-len(got), len(b), Quote(o.t.Derived("_locks")))
 	}
 	return nil
 }

@@ -147,20 +147,7 @@ func scanClaimed(rows *sql.Rows, extra ...any) (store.Claimed, error) {
 }
 
 func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Claimed, error) {
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.Claimed
-	for rows.Next() {
-		c, err := scanClaimed(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Claimed, error) { return scanClaimed(rows) })
 }
 
 func (r *relay) ClaimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Claimed, error) {

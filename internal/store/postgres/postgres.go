@@ -97,18 +97,9 @@ func IsPermissionDenied(err error) bool {
 
 // exists reports whether the relation (quoted, qualified name) exists.
 func exists(ctx context.Context, x store.Execer, quoted string) (bool, error) {
-	rows, err := x.QueryContext(ctx, `SELECT to_regclass($1)::text`, quoted)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = rows.Close() }()
 	var found sql.NullString
-	for rows.Next() {
-		if err := rows.Scan(&found); err != nil {
-			return false, err
-		}
-	}
-	return found.Valid, rows.Err()
+	err := store.QueryRow(ctx, x, `SELECT to_regclass($1)::text`, []any{quoted}, &found)
+	return found.Valid, err
 }
 
 // createMissing runs the statements of migration file for table t, each only

@@ -179,20 +179,7 @@ func scanClaimed(rows *sql.Rows, extra ...any) (store.Claimed, error) {
 }
 
 func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Claimed, error) {
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.Claimed
-	for rows.Next() {
-		c, err := scanClaimed(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Claimed, error) { return scanClaimed(rows) })
 }
 
 // nullClaimed scans the claim columns of a row whose claim part may be NULL
@@ -343,20 +330,12 @@ func (r *relay) Probe(ctx context.Context, x store.Execer, partitions int, owned
 	if highest <= 0 {
 		return 0, nil
 	}
-	rows, err := x.QueryContext(ctx, r.q.probe, 64, partitions, owned, highest, below)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = rows.Close() }()
-	var found []seqPart
-	for rows.Next() {
+	found, err := store.Collect(ctx, x, r.q.probe, []any{64, partitions, owned, highest, below}, func(rows *sql.Rows) (seqPart, error) {
 		var sp seqPart
-		if err := rows.Scan(&sp.seq, &sp.part); err != nil {
-			return 0, err
-		}
-		found = append(found, sp)
-	}
-	if err := rows.Err(); err != nil {
+		err := rows.Scan(&sp.seq, &sp.part)
+		return sp, err
+	})
+	if err != nil {
 		return 0, err
 	}
 	r.pos.lowerOrdered(found)
