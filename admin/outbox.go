@@ -38,7 +38,6 @@ type Outbox struct {
 	db    *sql.DB
 	drv   store.Driver
 	adm   store.Admin
-	rel   store.Relay
 	table ident.Table
 	log   *slog.Logger
 }
@@ -83,7 +82,6 @@ func newOutbox(db *gorm.DB, cfg Config) (*Outbox, error) {
 		db:    sqlDB,
 		drv:   drv,
 		adm:   drv.Admin(table),
-		rel:   drv.Relay(table),
 		table: table,
 		log:   cfg.Logger.With("component", "herald.admin", "table", table.String()),
 	}, nil
@@ -268,15 +266,7 @@ func (f DeadFilter) store() store.DeadFilter {
 // Dead lists up to limit dead events f picks, oldest death first, without
 // their payloads and metadata.
 func (o *Outbox) Dead(ctx context.Context, f DeadFilter, limit int) ([]DeadEvent, error) {
-	var (
-		rows []store.DeadRow
-		err  error
-	)
-	if len(f.IDs) == 0 && f.Type == "" && f.OlderThan <= 0 {
-		rows, err = o.rel.Dead(ctx, o.db, limit)
-	} else {
-		rows, err = o.adm.FindDead(ctx, o.db, f.store(), limit)
-	}
+	rows, err := o.adm.FindDead(ctx, o.db, f.store(), limit)
 	if err != nil {
 		return nil, fmt.Errorf("admin: list dead: %w", err)
 	}

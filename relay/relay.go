@@ -387,7 +387,7 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 	if err := r.commitMarks(bctx, tx, out); err != nil {
 		return len(rows), err
 	}
-	if len(out.untried(rows)) > 0 {
+	if len(out.ok)+len(out.failed) < len(rows) { // some untried (each row is in the outcome at most once)
 		r.rewind() // pending again, below the position
 	}
 	return len(rows), nil

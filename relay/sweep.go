@@ -9,7 +9,7 @@ import (
 
 // sweepDuty bounds the time the sweep may take: after a sweep that took d,
 // the next waits at least sweepDuty·d (and SweepInterval), so that however
-// many dead rows a long transaction keeps, sweeping costs at most 2% of the
+// many dead rows a long transaction keeps, sweeping costs at most 0.5% of the
 // time.
 const sweepDuty = 200
 

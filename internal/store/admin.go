@@ -118,48 +118,36 @@ func RequeueEach(ctx context.Context, db DB, opts *sql.TxOptions, rel Relay, ids
 // rows are (topic, events published within the last minute), and returns the
 // figures of every topic either names, in topic order.
 func ScanTopics(ctx context.Context, x Execer, topics, published string) ([]TopicStats, error) {
-	byTopic := map[string]*TopicStats{}
-	rows, err := x.QueryContext(ctx, topics)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	for rows.Next() {
+	stats, err := Collect(ctx, x, topics, nil, func(rows *sql.Rows) (*TopicStats, error) {
 		var (
 			s   TopicStats
 			age sql.NullInt64
 		)
-		if err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age)
 		s.OldestPending = time.Duration(age.Int64) * time.Microsecond
-		byTopic[s.Topic] = &s
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	pub, err := x.QueryContext(ctx, published)
+		return &s, err
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = pub.Close() }()
-	for pub.Next() {
-		var (
-			topic string
-			n     int64
-		)
-		if err := pub.Scan(&topic, &n); err != nil {
-			return nil, err
-		}
-		s := byTopic[topic]
-		if s == nil {
-			s = &TopicStats{Topic: topic}
-			byTopic[topic] = s
-		}
-		s.PublishedLastMinute = n
-	}
-	if err := pub.Err(); err != nil {
+	pub, err := Collect(ctx, x, published, nil, func(rows *sql.Rows) (TopicStats, error) {
+		var s TopicStats
+		err := rows.Scan(&s.Topic, &s.PublishedLastMinute)
+		return s, err
+	})
+	if err != nil {
 		return nil, err
+	}
+	byTopic := make(map[string]*TopicStats, len(stats))
+	for _, s := range stats {
+		byTopic[s.Topic] = s
+	}
+	for _, p := range pub {
+		if s := byTopic[p.Topic]; s != nil {
+			s.PublishedLastMinute = p.PublishedLastMinute
+		} else {
+			byTopic[p.Topic] = &p
+		}
 	}
 	out := make([]TopicStats, 0, len(byTopic))
 	for _, s := range byTopic {

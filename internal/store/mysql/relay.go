@@ -27,6 +27,9 @@ const claimCols = `o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.
 // aggregate, or of its id for events that belong to no aggregate.
 const partitionExpr = `MOD(CRC32(CASE WHEN o.aggregate_id = '' THEN o.id ELSE CONCAT(o.aggregate_type, ':', o.aggregate_id) END), ?)`
 
+// requeueSet makes a dead event pending again (Requeue, RequeueAll and the admin's requeues).
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now
+
 type relay struct {
 	t ident.Table
 	q struct {
@@ -37,7 +40,7 @@ type relay struct {
 
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t}
-	rep := strings.NewReplacer("{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{part}", partitionExpr)
+	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{part}", partitionExpr)
 	q := &r.q
 	// The pending index (dead_at, processed_at, available_at, seq) serves the
 	// scan in order; locked rows are skipped, so instances share the work.
@@ -81,9 +84,9 @@ FROM {t} WHERE {pending}`)
 	// key the UPDATE locks the id's entry, then waits for the row a relay's
 	// claim locked, whose mark then waits for that entry (a deadlock).
 	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ?`)
-	q.requeue = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE seq = ? AND dead_at IS NOT NULL`)
-	q.requeueAll = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}
 WHERE dead_at IS NOT NULL`)
 	q.cleanup = rep.Replace(`DELETE FROM {t} WHERE processed_at < {now} - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`)
 	r.leases = newLeases(t)

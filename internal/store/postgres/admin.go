@@ -13,9 +13,6 @@ import (
 // Admin returns the operations the people on call run on the outbox table t.
 func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 
-// requeueSet makes a dead event pending again, as the relay's Requeue does.
-const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now()`
-
 type admin struct {
 	t   ident.Table
 	rel store.Relay

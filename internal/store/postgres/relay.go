@@ -41,12 +41,15 @@ const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS h
 
 const claimCols = `o.id::text, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload::text, o.metadata::text, o.occurred_at, o.attempts, o.strikes`
 
+// requeueSet makes a dead event pending again (Requeue, RequeueAll and the admin's requeues).
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now()`
+
 type relay struct {
 	t ident.Table
 	q struct {
-		claimLocked, claimOrdered                                                              [2]string // by [frontier check]
-		claimLeased, unlease, markDelete, markProcessed, markFailed                            string
-		recoverOutage, recoverOwned, stats, storage, dead, requeue, requeueAll, cleanup, probe string
+		claimLocked, claimOrdered                                                                              [2]string // by [frontier check]
+		claimLeased, unlease, markDelete, markProcessed, markFailed                                            string
+		recoverOutage, recoverOwned, stats, storage, dead, requeue, requeueAll, cleanup, cleanupDefault, probe string
 	}
 	leases leases
 	pos    *position // where claims start; shared with the sweeping view
@@ -55,7 +58,7 @@ type relay struct {
 
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t, pos: newPosition()}
-	rep := strings.NewReplacer("{async}", asyncCommit, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{part}", partitionExpr)
+	rep := strings.NewReplacer("{set}", requeueSet, "{async}", asyncCommit, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{part}", partitionExpr)
 	q := &r.q
 	frontier := [2]string{`NULL::timestamptz`, frontierSQL(t)}
 	// The last seq taken, where the role may read the sequence (NULL
@@ -145,12 +148,14 @@ FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
       FROM {t} WHERE {pending}) AS p`)
 	q.storage = storageSQL
 	q.dead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT $1`)
-	q.requeue = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now()
+	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE id = $1::uuid AND dead_at IS NOT NULL`)
-	q.requeueAll = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now()
+	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}
 WHERE dead_at IS NOT NULL`)
-	q.cleanup = rep.Replace(`DELETE FROM {t} WHERE id IN (
-  SELECT id FROM {t} WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`)
+	cleanup := `DELETE FROM {t} WHERE id IN (
+  SELECT id FROM {t} WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`
+	q.cleanup = rep.Replace(cleanup)
+	q.cleanupDefault = strings.ReplaceAll(cleanup, "{t}", t.Derived("_default").Quoted())
 	r.leases = newLeases(t)
 	return r
 }
@@ -470,23 +475,15 @@ func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.De
 // Requeue makes a dead event pending again; the positions go back to the
 // head (the event keeps its place in the order; the next claim finds it).
 func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
-	res, err := x.ExecContext(ctx, r.q.requeue, id)
-	if err != nil {
-		return false, err
-	}
-	n, _ := res.RowsAffected()
+	n, err := store.Affected(ctx, x, r.q.requeue, id)
 	if n > 0 {
 		r.pos.rewind()
 	}
-	return n > 0, nil
+	return n > 0, err
 }
 
 func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
-	res, err := x.ExecContext(ctx, r.q.requeueAll)
-	if err != nil {
-		return 0, err
-	}
-	n, err := res.RowsAffected()
+	n, err := store.Affected(ctx, x, r.q.requeueAll)
 	if n > 0 {
 		r.pos.rewind()
 	}
@@ -1069,10 +1066,7 @@ func (r *relay) Partitioned(ctx context.Context, x store.Execer) (bool, error) {
 // CleanupDefault deletes a batch of the default partition's published events
 // past the retention, as Cleanup does on a plain outbox.
 func (r *relay) CleanupDefault(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	d := r.t.Derived("_default").Quoted()
-	return lockedDelete(ctx, db, "herald.cleanup:", r.t, `DELETE FROM `+d+` WHERE id IN (
-  SELECT id FROM `+d+` WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`,
-		float64(olderThan.Milliseconds()), limit)
+	return lockedDelete(ctx, db, "herald.cleanup:", r.t, r.q.cleanupDefault, float64(olderThan.Milliseconds()), limit)
 }
 
 // partitionName names the partition of the range starting at start.
@@ -1118,30 +1112,23 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 		created++
 	}
 	// The range partitions, with the upper bounds of their ranges.
-	rows, e := db.QueryContext(ctx, `SELECT c.oid::regclass::text,
-  (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
-FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'`, r.t.Quoted())
-	if e != nil {
-		keep(e)
-		return created, dropped, err
-	}
 	type part struct {
 		name string
 		upto sql.NullTime
 	}
-	var parts []part
-	for rows.Next() {
-		var p part
-		if e := rows.Scan(&p.name, &p.upto); e != nil {
-			_ = rows.Close()
-			keep(e)
-			return created, dropped, err
-		}
-		parts = append(parts, p)
+	parts, e := store.Collect(ctx, db, `SELECT c.oid::regclass::text,
+  (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
+FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'`, []any{r.t.Quoted()},
+		func(rows *sql.Rows) (part, error) {
+			var p part
+			err := rows.Scan(&p.name, &p.upto)
+			return p, err
+		})
+	if e != nil {
+		keep(e)
+		return created, dropped, err
 	}
-	_ = rows.Close()
-	keep(rows.Err())
 	for _, p := range parts {
 		if !p.upto.Valid || !p.upto.Time.Before(now.Add(-olderThan)) {
 			continue

@@ -12,9 +12,6 @@ import (
 // Admin returns the operations the people on call run on the outbox table t.
 func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 
-// requeueSet makes a dead event pending again, as the relay's Requeue does.
-const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now
-
 type admin struct {
 	t   ident.Table
 	rel store.Relay
@@ -56,10 +53,8 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 		args  []any
 	)
 	if len(f.IDs) > 0 {
-		where = append(where, "id IN ("+strings.TrimSuffix(strings.Repeat("?, ", len(f.IDs)), ", ")+")")
-		for _, id := range f.IDs {
-			args = append(args, id)
-		}
+		where = append(where, "id IN ("+placeholders(len(f.IDs))+")")
+		args = append(args, anys(f.IDs)...)
 	}
 	if f.Type != "" {
 		where = append(where, "type = ?")

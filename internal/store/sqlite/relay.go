@@ -25,6 +25,9 @@ const pending = `processed_at IS NULL AND dead_at IS NULL`
 
 const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`
 
+// requeueSet makes a dead event pending again (Requeue, RequeueAll and the admin's requeues).
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now
+
 type relay struct {
 	t ident.Table
 	q struct {
@@ -35,7 +38,7 @@ type relay struct {
 
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t}
-	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now)
+	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now)
 	q := &r.q
 	// The due rows in due order, then one statement, under SQLite's single
 	// writer, that leases those still due: the rows it moves past the lease
@@ -73,9 +76,9 @@ WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= 
   (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
 	q.dead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL ORDER BY dead_at, seq LIMIT ?`)
-	q.requeue = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE id = ? AND dead_at IS NOT NULL`)
-	q.requeueAll = rep.Replace(`UPDATE {t} SET dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = {now}
+	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}
 WHERE dead_at IS NOT NULL`)
 	q.cleanup = rep.Replace(`DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE processed_at < {now} - ? LIMIT ?)`)
 	r.leases = newLeases(t)
