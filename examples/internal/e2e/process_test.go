@@ -94,6 +94,14 @@ func threeOrderedRelaysOneKilled(t *testing.T, d testkit.Dialect) {
 	for _, id := range []string{"r1", "r2", "r3"} {
 		relays[id] = startChildRelay(t, id, d.Name, e.dsn, brokertest.NATSURL())
 	}
+	// The relay killed below must hold partitions when it dies: wait until
+	// the three share them (at first one instance takes every partition and
+	// gives back its excess at its next lease tick).
+	eventually(t, 10*time.Second, "three relays holding partitions", func() bool {
+		var n int64
+		err := e.db.Raw(`SELECT COUNT(DISTINCT owner) FROM outbox_messages_leases WHERE owner <> ''`).Scan(&n).Error
+		return err == nil && n == 3
+	})
 	// Writers: aggregates updated again and again, so each has a long history.
 	accounts := make([]*Account, 40)
 	ids := map[uuid.UUID][]uuid.UUID{}
