@@ -31,6 +31,7 @@ var (
 // row is a claimed outbox row.
 type row struct {
 	id, typ, aggType, aggID, topic string
+	seq                            int64
 	version, attempts, strikes     int
 	payload, metadata              []byte
 	occurred                       time.Time
@@ -43,7 +44,7 @@ type row struct {
 func toRows(claimed []store.Claimed) []*row {
 	out := make([]*row, len(claimed))
 	for i, c := range claimed {
-		r := &row{id: c.ID, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
+		r := &row{id: c.ID, seq: c.Seq, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
 			version: c.Version, attempts: c.Attempts, strikes: c.Strikes, payload: c.Payload, metadata: c.Metadata,
 			occurred: c.OccurredAt}
 		r.msg, r.err = toMessage(r)
@@ -51,6 +52,9 @@ func toRows(claimed []store.Claimed) []*row {
 	}
 	return out
 }
+
+// key names the row to the store's marks.
+func (r *row) key() store.Key { return store.Key{ID: r.id, Seq: r.seq} }
 
 // toMessage builds the Watermill message of a row: its UUID is the event id.
 func toMessage(r *row) (*message.Message, error) {

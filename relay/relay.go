@@ -472,9 +472,9 @@ func (o *outcome) add(r *row, res result) {
 	o.failed = append(o.failed, failure{row: r, err: lastError(res.err), poison: errors.Is(res.err, ErrUndecodable), end: res.end})
 }
 
-// untried returns the ids of rows the batch had no time to publish (neither
+// untried returns the keys of rows the batch had no time to publish (neither
 // published nor failed).
-func (o *outcome) untried(rows []*row) []string {
+func (o *outcome) untried(rows []*row) []store.Key {
 	done := make(map[string]bool, len(o.ok)+len(o.failed))
 	for _, rw := range o.ok {
 		done[rw.id] = true
@@ -482,10 +482,10 @@ func (o *outcome) untried(rows []*row) []string {
 	for _, f := range o.failed {
 		done[f.row.id] = true
 	}
-	var out []string
+	var out []store.Key
 	for _, rw := range rows {
 		if !done[rw.id] {
-			out = append(out, rw.id)
+			out = append(out, rw.key())
 		}
 	}
 	return out
@@ -513,11 +513,11 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 		}
 	}
 	if len(out.ok) > 0 {
-		ids := make([]string, len(out.ok))
+		keys := make([]store.Key, len(out.ok))
 		for i, rw := range out.ok {
-			ids[i] = rw.id
+			keys[i] = rw.key()
 		}
-		if err := r.st.MarkPublished(ctx, tx, ids, r.cfg.Retention > 0); err != nil {
+		if err := r.st.MarkPublished(ctx, tx, keys, r.cfg.Retention > 0); err != nil {
 			return fmt.Errorf("mark published: %w", err)
 		}
 	}

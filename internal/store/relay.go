@@ -3,15 +3,74 @@ package store
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"strconv"
 	"time"
 )
 
 // Claimed is an outbox row a relay claimed.
 type Claimed struct {
 	ID, Type, AggregateType, AggregateID, Topic string
-	Version, Attempts, Strikes                  int
-	Payload, Metadata                           []byte
-	OccurredAt                                  time.Time
+	// Seq is the row's insertion number where the driver reads it (MySQL,
+	// SQLite: their primary key, by which they mark rows); 0 elsewhere.
+	Seq                        int64
+	Version, Attempts, Strikes int
+	Payload, Metadata          []byte
+	OccurredAt                 time.Time
+}
+
+// Key names a claimed row to mark: its ID, and its Seq as claimed.
+type Key struct {
+	ID  string
+	Seq int64
+}
+
+// IDs returns the keys' ids.
+func IDs(keys []Key) []string {
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.ID
+	}
+	return ids
+}
+
+// ExecSeqs runs q with one argument, the keys' seqs as a JSON array (the marks
+// of drivers that find rows by seq); nothing for no keys.
+func ExecSeqs(ctx context.Context, x Execer, q string, keys []Key) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	seqs, err := seqsJSON(keys)
+	if err != nil {
+		return err
+	}
+	_, err = x.ExecContext(ctx, q, seqs)
+	return err
+}
+
+// seqsJSON returns the keys' seqs as a JSON array, or an error when a key has
+// none.
+func seqsJSON(keys []Key) (string, error) {
+	seqs := make([]int64, len(keys))
+	for i, k := range keys {
+		if k.Seq <= 0 {
+			return "", fmt.Errorf("event %s claimed without its seq", k.ID)
+		}
+		seqs[i] = k.Seq
+	}
+	return JSONInts(seqs), nil
+}
+
+// JSONInts returns xs as a JSON array.
+func JSONInts(xs []int64) string {
+	b := append(make([]byte, 0, 2+len(xs)*8), '[')
+	for i, x := range xs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, x, 10)
+	}
+	return string(append(b, ']'))
 }
 
 // Failure is a failed publish to record: an attempt, a strike when confirmed,
@@ -67,7 +126,7 @@ type Relay interface {
 	ClaimLeased(ctx context.Context, x Execer, limit int, lease time.Duration) ([]Claimed, error)
 	// Unlease makes leased events due again (a batch that ran out of time
 	// before publishing them).
-	Unlease(ctx context.Context, x Execer, ids []string) error
+	Unlease(ctx context.Context, x Execer, keys []Key) error
 	// ClaimOrdered returns up to limit due events of the owned partitions, in
 	// insertion order, leaving out those behind an earlier event of their
 	// aggregate that waits for a retry. It locks nothing: only the partitions'
@@ -76,7 +135,7 @@ type Relay interface {
 
 	// MarkPublished deletes published events, or with keep stamps them
 	// processed (retention).
-	MarkPublished(ctx context.Context, x Execer, ids []string, keep bool) error
+	MarkPublished(ctx context.Context, x Execer, keys []Key, keep bool) error
 	// MarkFailed records failures and returns the database's time of the marks.
 	MarkFailed(ctx context.Context, x Execer, fs []Failure) (time.Time, error)
 	// RecoverOutage makes due now the retries of pending events of these

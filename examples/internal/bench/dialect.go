@@ -150,42 +150,44 @@ var mysqlBench = benchDB{
 	rawOutboxArgs: func(id string, payload []byte) []any {
 		return []any{events.NewID().String(), "order.placed", "Order", id, "order.placed", string(payload), time.Now().UTC()}
 	},
-	// MySQL has no RETURNING: the claim reads what it locks, then deletes it.
+	// MySQL has no RETURNING: the claim reads what it locks, then deletes it
+	// by its primary key.
 	claimDelete: func(db *sql.DB) (int, error) {
 		tx, err := db.Begin()
 		if err != nil {
 			return 0, err
 		}
 		defer tx.Rollback()
-		rows, err := tx.Query(`SELECT id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts
+		rows, err := tx.Query(`SELECT seq, id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts
 	FROM outbox_messages WHERE dead_at IS NULL AND processed_at IS NULL AND available_at <= UTC_TIMESTAMP(6)
 	ORDER BY available_at, seq LIMIT 1000 FOR UPDATE SKIP LOCKED`)
 		if err != nil {
 			return 0, err
 		}
-		var ids []any
+		var seqs []any
 		for rows.Next() {
 			var (
 				id, typ, aggType, aggID, topic string
+				seq                            int64
 				version, attempts              int
 				payload, md, occurred          []byte
 			)
-			if err := rows.Scan(&id, &typ, &version, &aggType, &aggID, &topic, &payload, &md, &occurred, &attempts); err != nil {
+			if err := rows.Scan(&seq, &id, &typ, &version, &aggType, &aggID, &topic, &payload, &md, &occurred, &attempts); err != nil {
 				_ = rows.Close()
 				return 0, err
 			}
-			ids = append(ids, id)
+			seqs = append(seqs, seq)
 		}
 		if err := rows.Close(); err != nil {
 			return 0, err
 		}
-		if len(ids) == 0 {
+		if len(seqs) == 0 {
 			return 0, tx.Commit()
 		}
-		if _, err := tx.Exec(`DELETE FROM outbox_messages WHERE id IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(ids)), ", ")+`)`, ids...); err != nil {
+		if _, err := tx.Exec(`DELETE FROM outbox_messages WHERE seq IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")+`)`, seqs...); err != nil {
 			return 0, err
 		}
-		return len(ids), tx.Commit()
+		return len(seqs), tx.Commit()
 	},
 	forwarder: func(fastest bool) (wmsql.SchemaAdapter, wmsql.OffsetsAdapter, string) {
 		if fastest {

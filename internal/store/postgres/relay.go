@@ -263,8 +263,8 @@ func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, leas
 	return r.claim(ctx, x, r.q.claimLeased, limit, float64(lease.Milliseconds()))
 }
 
-func (r *relay) Unlease(ctx context.Context, x store.Execer, ids []string) error {
-	_, err := x.ExecContext(ctx, r.q.unlease, ids)
+func (r *relay) Unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
+	_, err := x.ExecContext(ctx, r.q.unlease, store.IDs(keys))
 	return err
 }
 
@@ -367,7 +367,8 @@ func (r *relay) Rewind() { r.pos.rewind() }
 // grows it, and every mark would scan them all.
 const planned = pgx.QueryExecModeExec
 
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, ids []string, keep bool) error {
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool) error {
+	ids := store.IDs(keys)
 	q := r.q.markDelete
 	if keep {
 		q = r.q.markProcessed

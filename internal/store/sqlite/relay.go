@@ -1,11 +1,11 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -31,7 +31,7 @@ const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = 
 type relay struct {
 	t ident.Table
 	q struct {
-		dueLeased, claimLeased, claimOrdered, markProcessed, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup string
+		dueLeased, claimLeased, claimOrdered, markDelete, markProcessed, unlease, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup string
 	}
 	leases leases
 }
@@ -61,7 +61,12 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now}
   AND NOT EXISTS (SELECT 1 FROM blocked b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
 ORDER BY o.seq LIMIT ?`)
-	q.markProcessed = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE id IN ({ids})`)
+	// Marks find their rows by seq, the rowid.
+	const bySeq = `seq IN (SELECT value FROM json_each(?))`
+	q.markDelete = rep.Replace(`DELETE FROM {t} WHERE ` + bySeq)
+	q.markProcessed = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE ` + bySeq)
+	q.unlease = rep.Replace(`UPDATE {t} SET available_at = min(coalesce(last_failed_at, created_at), {now})
+WHERE {pending} AND ` + bySeq)
 	q.markFailed = rep.Replace(`UPDATE {t} SET
   attempts = attempts + 1,
   strikes = strikes + ?,
@@ -115,38 +120,30 @@ func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, q
 		return nil, err
 	}
 	defer func() { _ = rows.Close() }()
-	type ordered struct {
-		seq int64
-		c   store.Claimed
-	}
-	var got []ordered
+	var out []store.Claimed
 	for rows.Next() {
 		var (
-			o                 ordered
+			c                 store.Claimed
 			payload, metadata string
 			occurred          int64
 		)
-		if err := rows.Scan(&o.seq, &o.c.ID, &o.c.Type, &o.c.Version, &o.c.AggregateType, &o.c.AggregateID, &o.c.Topic,
-			&payload, &metadata, &occurred, &o.c.Attempts, &o.c.Strikes); err != nil {
+		if err := rows.Scan(&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic,
+			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes); err != nil {
 			return nil, err
 		}
-		o.c.Payload, o.c.Metadata, o.c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
-		got = append(got, o)
+		c.Payload, c.Metadata, c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
+		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
 	// RETURNING yields rows in no promised order.
-	slices.SortFunc(got, func(a, b ordered) int {
+	slices.SortFunc(out, func(a, b store.Claimed) int {
 		if rank != nil {
-			return rank[a.seq] - rank[b.seq]
+			return rank[a.Seq] - rank[b.Seq]
 		}
-		return int(a.seq - b.seq)
+		return cmp.Compare(a.Seq, b.Seq)
 	})
-	out := make([]store.Claimed, len(got))
-	for i, o := range got {
-		out[i] = o.c
-	}
 	return out, nil
 }
 
@@ -161,11 +158,10 @@ func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, leas
 		return nil, err
 	}
 	rank := make(map[int64]int, len(due))
-	seqs := make([]string, len(due))
 	for i, seq := range due {
-		rank[seq], seqs[i] = i, strconv.FormatInt(seq, 10)
+		rank[seq] = i
 	}
-	return r.claim(ctx, x, rank, r.q.claimLeased, lease.Microseconds(), "["+strings.Join(seqs, ",")+"]")
+	return r.claim(ctx, x, rank, r.q.claimLeased, lease.Microseconds(), store.JSONInts(due))
 }
 
 // Unlease makes the rows due again at about the time they were due before
@@ -174,13 +170,8 @@ func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, leas
 // the events that failed in it, and again every batch, never tried while a
 // failing event comes first (the other databases release such rows
 // untouched).
-func (r *relay) Unlease(ctx context.Context, x store.Execer, ids []string) error {
-	if len(ids) == 0 {
-		return nil
-	}
-	_, err := x.ExecContext(ctx, `UPDATE `+r.t.Quoted()+` SET available_at = min(coalesce(last_failed_at, created_at), `+Now+`)
-WHERE `+pending+` AND id IN (`+placeholders(len(ids))+`)`, anys(ids)...)
-	return err
+func (r *relay) Unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
+	return store.ExecSeqs(ctx, x, r.q.unlease, keys)
 }
 
 func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Claimed, error) {
@@ -192,19 +183,11 @@ func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	return r.claim(ctx, x, nil, q, args...)
 }
 
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, ids []string, keep bool) error {
-	for len(ids) > 0 {
-		chunk := ids[:min(len(ids), 1000)]
-		ids = ids[len(chunk):]
-		q := `DELETE FROM ` + r.t.Quoted() + ` WHERE id IN ({ids})`
-		if keep {
-			q = r.q.markProcessed
-		}
-		if _, err := x.ExecContext(ctx, strings.Replace(q, "{ids}", placeholders(len(chunk)), 1), anys(chunk)...); err != nil {
-			return err
-		}
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool) error {
+	if keep {
+		return store.ExecSeqs(ctx, x, r.q.markProcessed, keys)
 	}
-	return nil
+	return store.ExecSeqs(ctx, x, r.q.markDelete, keys)
 }
 
 // MarkFailed updates each row: failures are few next to publishes.
