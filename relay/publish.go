@@ -63,7 +63,7 @@ func toMessage(r *row) (*message.Message, error) {
 		return nil, fmt.Errorf("%w: id %q: %w", ErrUndecodable, r.id, err)
 	}
 	var md events.Metadata
-	if len(r.metadata) > 0 {
+	if len(r.metadata) > 0 && string(r.metadata) != "{}" {
 		if err := json.Unmarshal(r.metadata, &md); err != nil {
 			return nil, fmt.Errorf("%w: metadata of %s: %w", ErrUndecodable, r.id, err)
 		}
@@ -79,10 +79,9 @@ func toMessage(r *row) (*message.Message, error) {
 // env.MessageMetadata() (the event's own metadata and the Herald keys, which
 // win). Consumers read it back with inbox.FromMessage.
 func NewMessage(env events.Envelope) *message.Message {
-	msg := message.NewMessage(env.ID.String(), env.Payload)
-	for k, v := range env.MessageMetadata() {
-		msg.Metadata.Set(k, v)
-	}
+	md := env.MessageMetadata()
+	msg := message.NewMessage(md[events.MetaID], env.Payload)
+	msg.Metadata = message.Metadata(md)
 	return msg
 }
 
@@ -139,7 +138,7 @@ func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msg
 	for i, m := range msgs {
 		sctx, span := telemetry.StartPublish(telemetry.Extract(pctx, m.Metadata), r.tracer, r.cfg.MessagingSystem, topic, m.UUID)
 		telemetry.Inject(sctx, m.Metadata)
-		m.SetContext(trace.ContextWithSpan(pctx, span))
+		m.SetContext(sctx)
 		spans[i] = span
 	}
 	done := make(chan error, 1)

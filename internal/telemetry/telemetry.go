@@ -56,27 +56,34 @@ func Tracer(tp trace.TracerProvider) trace.Tracer {
 // Messaging is the messaging attributes of a span: the system (e.g. "nats",
 // "rabbitmq"; empty leaves it out), the destination (topic) and the message id
 // (the event id).
-func Messaging(system, destination, messageID string) []attribute.KeyValue {
-	attrs := make([]attribute.KeyValue, 0, 3)
+func Messaging(system, destination, messageID string, more ...attribute.KeyValue) []attribute.KeyValue {
+	attrs := make([]attribute.KeyValue, 0, 3+len(more))
 	if system != "" {
 		attrs = append(attrs, semconv.MessagingSystemKey.String(system))
 	}
-	return append(attrs, semconv.MessagingDestinationName(destination), semconv.MessagingMessageID(messageID))
+	attrs = append(attrs, semconv.MessagingDestinationName(destination), semconv.MessagingMessageID(messageID))
+	return append(attrs, more...)
 }
+
+// producer and consumer are the span kinds' start options, made once.
+var (
+	producer = trace.WithSpanKind(trace.SpanKindProducer)
+	consumer = trace.WithSpanKind(trace.SpanKindConsumer)
+)
 
 // StartPublish starts the producer span of one event's publish, parented to
 // parent (the saving request's context, from the event's metadata).
 func StartPublish(parent context.Context, tr trace.Tracer, system, topic, id string) (context.Context, trace.Span) {
-	attrs := append(Messaging(system, topic, id), semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))
-	return tr.Start(parent, "publish "+topic, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	attrs := Messaging(system, topic, id, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("publish"))
+	return tr.Start(parent, "publish "+topic, producer, trace.WithAttributes(attrs...))
 }
 
 // StartProcess starts the consumer span of a handler processing one message,
 // parented to the producer span the message carries.
-func StartProcess(parent context.Context, tr trace.Tracer, system, topic, id, consumer string) (context.Context, trace.Span) {
-	attrs := append(Messaging(system, topic, id), semconv.MessagingOperationTypeProcess,
-		semconv.MessagingOperationName("process"), semconv.MessagingConsumerGroupName(consumer))
-	return tr.Start(parent, "process "+topic, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
+func StartProcess(parent context.Context, tr trace.Tracer, system, topic, id, group string) (context.Context, trace.Span) {
+	attrs := Messaging(system, topic, id, semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName("process"), semconv.MessagingConsumerGroupName(group))
+	return tr.Start(parent, "process "+topic, consumer, trace.WithAttributes(attrs...))
 }
 
 // End ends span, recording err (if any) as its status.
