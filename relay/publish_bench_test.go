@@ -11,13 +11,8 @@ import (
 
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
+	"github.com/heraldgo/herald/internal/testkit"
 )
-
-// keepNothing accepts every message and keeps none.
-type keepNothing struct{}
-
-func (keepNothing) Publish(string, ...*message.Message) error { return nil }
-func (keepNothing) Close() error                              { return nil }
 
 // BenchmarkPublishBatch measures the relay's own work on a claimed batch of
 // 1,000 events (messages built, spans started, published to a publisher that
@@ -29,7 +24,8 @@ func BenchmarkPublishBatch(b *testing.B) {
 			AggregateType: "Bench", AggregateID: fmt.Sprintf("agg-%d", i), Topic: "bench",
 			Payload: []byte(fmt.Sprintf(`{"i":%d,"pad":"%0100d"}`, i, 0)), Metadata: []byte(`{}`), OccurredAt: time.Now()}
 	}
-	r := &Relay{pub: keepNothing{}, tracer: telemetry.Tracer(nil)}
+	keepNothing := testkit.PublisherFunc(func(string, ...*message.Message) error { return nil })
+	r := &Relay{pub: keepNothing, tracer: telemetry.Tracer(nil)}
 	r.cfg.PublishConcurrency, r.cfg.PublishTimeout = 4, time.Minute
 	b.ReportAllocs()
 	for b.Loop() {

@@ -115,26 +115,18 @@ func anys[T any](xs []T) []any {
 // claim runs the claim q and returns its rows in seq order, or in the order of
 // rank (by seq) when given.
 func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, q string, args ...any) ([]store.Claimed, error) {
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out []store.Claimed
-	for rows.Next() {
+	out, err := store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Claimed, error) {
 		var (
 			c                 store.Claimed
 			payload, metadata string
 			occurred          int64
 		)
-		if err := rows.Scan(&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic,
-			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes); err != nil {
-			return nil, err
-		}
+		err := rows.Scan(&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic,
+			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes)
 		c.Payload, c.Metadata, c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
+		return c, err
+	})
+	if err != nil {
 		return nil, err
 	}
 	// RETURNING yields rows in no promised order.
