@@ -144,7 +144,8 @@ type Inbox struct {
 }
 
 // New checks cfg, creates the inbox table when missing (unless
-// DisableAutoCreate) and returns the inbox.
+// DisableAutoCreate), checks that an existing one has what every migration
+// makes (ErrSchemaOutdated) and returns the inbox.
 func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -167,6 +168,9 @@ func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 		if err := in.ensureTable(context.Background()); err != nil {
 			return nil, err
 		}
+	}
+	if err := in.checkTable(context.Background()); err != nil {
+		return nil, err
 	}
 	return in, nil
 }

@@ -3,7 +3,14 @@ package inbox
 import (
 	"context"
 	"fmt"
+
+	"github.com/heraldgo/herald/internal/store"
 )
+
+// ErrSchemaOutdated is returned (wrapped) by New when the inbox table exists
+// but lacks what a migration makes; the message names the migration to run.
+// It is the same error as outboxhook.ErrSchemaOutdated.
+var ErrSchemaOutdated = store.ErrSchemaOutdated
 
 // ensureTable creates the inbox table and its index when the table is missing
 // (the statements of the database's inbox migration, for the configured name).
@@ -18,6 +25,15 @@ func (in *Inbox) ensureTable(ctx context.Context) error {
 	}
 	if err := in.store.Create(ctx, in.sqlDB); err != nil {
 		return fmt.Errorf("inbox: create table %s: %w", in.cfg.Table, err)
+	}
+	return nil
+}
+
+// checkTable fails with ErrSchemaOutdated when the inbox lacks what a
+// migration makes (a catalog read, no DDL).
+func (in *Inbox) checkTable(ctx context.Context) error {
+	if err := in.store.Check(ctx, in.sqlDB); err != nil {
+		return fmt.Errorf("inbox: table %s: %w", in.cfg.Table, err)
 	}
 	return nil
 }

@@ -41,7 +41,9 @@ func (p *Plugin) Name() string { return Name }
 func (p *Plugin) Config() Config { return p.cfg }
 
 // Initialize checks the config, creates the outbox table when missing (unless
-// Config.DisableAutoCreate) and registers the callbacks. GORM calls it from db.Use.
+// Config.DisableAutoCreate), checks that an existing one has what every
+// migration makes (ErrSchemaOutdated names the migration to run) and registers
+// the callbacks. GORM calls it from db.Use.
 //
 // For each of create, update and delete three callbacks are registered:
 // herald:outbox_prepare_* runs before the model's Before hooks (it opens a
@@ -67,6 +69,9 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		if err := p.ensureTable(context.Background(), db); err != nil {
 			return err
 		}
+	}
+	if err := p.checkTable(context.Background(), db); err != nil {
+		return err
 	}
 	p.wrapPool(db)
 	cb := db.Callback()

@@ -21,6 +21,12 @@ import (
 	"github.com/heraldgo/herald/internal/telemetry"
 )
 
+// ErrSchemaOutdated is returned (wrapped) by Setup and Run when the outbox or
+// the relay's tables exist but lack a column, table or row that a migration
+// makes (tables made by an earlier release); the message names the migration
+// to run (migrations.Migrate applies it). It is outboxhook.ErrSchemaOutdated.
+var ErrSchemaOutdated = store.ErrSchemaOutdated
+
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
 type Relay struct {
 	cfg    Config
@@ -133,6 +139,8 @@ func (r *Relay) Wake() {
 // Run relays until ctx is cancelled, then finishes or releases the batch in
 // flight (within PublishTimeout) and returns nil. Database and broker faults never
 // stop it: it logs them, backs off (capped exponential, with jitter) and resumes.
+// An outdated schema does: Run returns ErrSchemaOutdated, naming the migration
+// to run, before it claims anything.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	start := func(f func(context.Context)) {
@@ -143,7 +151,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 	defer r.observeOutbox()()
-	r.ensureSchema(ctx)
+	if err := r.ensureSchema(ctx); err != nil {
+		return err
+	}
 	if !r.cfg.DisableListen && r.drv.Waker() != nil {
 		start(r.listen)
 	}
@@ -163,8 +173,9 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // ensureSchema creates the relay's tables and indexes when missing, retrying
 // while the database is down. Without DDL rights they must exist already; an
-// index it may not create only makes the relay slower, and is left out.
-func (r *Relay) ensureSchema(ctx context.Context) {
+// index it may not create only makes the relay slower, and is left out. An
+// outdated schema (ErrSchemaOutdated) is not retried: it is returned.
+func (r *Relay) ensureSchema(ctx context.Context) error {
 	skip := func(name string, err error) bool {
 		if !r.drv.PermissionDenied(err) {
 			return false
@@ -172,17 +183,27 @@ func (r *Relay) ensureSchema(ctx context.Context) {
 		r.log.Warn("relay: cannot create an index (no privilege); continuing without it", "index", name)
 		return true
 	}
+	var outdated error
 	retry(ctx, r.log, "create relay schema", func(ctx context.Context) error {
-		return r.setup(ctx, skip)
+		err := r.setup(ctx, skip)
+		if errors.Is(err, ErrSchemaOutdated) {
+			outdated = fmt.Errorf("relay: %w", err)
+			return nil
+		}
+		return err
 	})
+	return outdated
 }
 
 // Setup creates what the relay needs in the database when it is missing: the
 // outbox table (partitioned by occurred_at with DropPartitions, on
 // PostgreSQL), and the relay's tables and indexes (see Run); with
-// DropPartitions also the partitions of the coming ranges. Run does the same
-// but the outbox table, whose absence it waits out; call Setup first where
-// the outbox hook would otherwise create the table (at db.Use) unpartitioned.
+// DropPartitions also the partitions of the coming ranges. It then checks that
+// the tables have what every migration makes, and fails with
+// ErrSchemaOutdated, naming the migration to run, when they do not. Run does
+// the same but the outbox table, whose absence it waits out; call Setup first
+// where the outbox hook would otherwise create the table (at db.Use)
+// unpartitioned.
 func (r *Relay) Setup(ctx context.Context) error {
 	if !r.cfg.DropPartitions {
 		if err := r.drv.Outbox(r.table).Create(ctx, r.db); err != nil {
@@ -196,8 +217,9 @@ func (r *Relay) Setup(ctx context.Context) error {
 }
 
 // setup creates the partitioned outbox (DropPartitions) when missing, the
-// relay's objects, learns whether the outbox is partitioned, and creates the
-// partitions ahead.
+// relay's objects, checks that the outbox and they have what every migration
+// makes (ErrSchemaOutdated), learns whether the outbox is partitioned, and
+// creates the partitions ahead.
 func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error {
 	pr, ok := r.st.(store.PartitionRetention)
 	if r.cfg.DropPartitions && ok {
@@ -206,6 +228,9 @@ func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error 
 		}
 	}
 	if err := r.st.Create(ctx, r.db, r.cfg.Ordered, r.cfg.Retention > 0, skip); err != nil {
+		return err
+	}
+	if err := r.st.Check(ctx, r.db, r.cfg.Ordered, r.cfg.Retention > 0); err != nil {
 		return err
 	}
 	if !r.cfg.DropPartitions {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"regexp"
@@ -68,30 +69,64 @@ func Migrations(fsys fs.FS) ([]Migration, error) {
 }
 
 // Statements reads file from fsys and splits it into statements: comment lines
-// dropped, a statement ending with a line that ends in ";".
+// dropped, a statement ending with a line that ends in ";". Two kinds of
+// comment are Herald's own (goose and golang-migrate read them as comments):
+// a line starting "-- herald: " is a line of a statement only Herald runs
+// (one whose effect plain SQL cannot make conditional, checked first in Go),
+// and "-- herald:check <query>" is the query that tells whether the next
+// statement's effect is there already (see Object.Check).
 func Statements(fsys fs.FS, file string) ([]string, error) {
+	stmts, err := statements(fsys, file)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, len(stmts))
+	for i, s := range stmts {
+		out[i] = s.sql
+	}
+	return out, nil
+}
+
+// statement is one statement of a migration file, with its check.
+type statement struct{ sql, check string }
+
+const (
+	heraldLine  = "-- herald: "
+	heraldCheck = "-- herald:check "
+)
+
+func statements(fsys fs.FS, file string) ([]statement, error) {
 	b, err := fs.ReadFile(fsys, file)
 	if err != nil {
 		return nil, err
 	}
 	var (
-		out []string
-		cur strings.Builder
+		out   []statement
+		cur   strings.Builder
+		check string
 	)
 	for line := range strings.SplitSeq(string(b), "\n") {
 		trimmed := strings.TrimSpace(line)
-		if trimmed == "" || strings.HasPrefix(trimmed, "--") {
+		switch {
+		case strings.HasPrefix(trimmed, heraldCheck):
+			check = strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(trimmed, heraldCheck)), ";")
+			continue
+		case strings.HasPrefix(trimmed, heraldLine):
+			line = strings.TrimPrefix(trimmed, heraldLine)
+			trimmed = strings.TrimSpace(line)
+		case trimmed == "", strings.HasPrefix(trimmed, "--"):
 			continue
 		}
 		cur.WriteString(line)
 		cur.WriteByte('\n')
 		if strings.HasSuffix(trimmed, ";") {
-			out = append(out, strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"))
+			out = append(out, statement{strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"), check})
 			cur.Reset()
+			check = ""
 		}
 	}
 	if s := strings.TrimSpace(cur.String()); s != "" {
-		out = append(out, s)
+		out = append(out, statement{s, check})
 	}
 	return out, nil
 }
@@ -116,63 +151,244 @@ func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) str
 	})
 }
 
-// Object is what one DDL statement creates, so that it can be looked for before
-// it is created (a role without DDL rights then works once it exists).
+// Kind is what a migration statement makes.
+type Kind int
+
+const (
+	// KindTable is a CREATE TABLE.
+	KindTable Kind = iota
+	// KindIndex is a CREATE INDEX: it only makes things faster.
+	KindIndex
+	// KindColumn is an ALTER TABLE ... ADD COLUMN (one column a statement).
+	KindColumn
+	// KindStep is any other statement that does not follow one of the above
+	// in its file (a data step: seed rows, say), or one with a check.
+	KindStep
+)
+
+// Object is what one statement of a migration makes, so that it can be looked
+// for before it is made (a role without DDL rights then works once it exists;
+// Migrate then works over what Herald created itself), and looked for at start
+// (CheckSchema).
 type Object struct {
+	File  string // the migration file, "0004_upgrade.up.sql"
+	Kind  Kind
 	SQL   string
-	After []string    // statements that fill what SQL created (seed rows), run right after it
-	Name  ident.Table // the table or index it creates
-	Index bool        // an index: it only makes things faster
+	After []string // statements that fill what SQL made (seed rows, backfills), run right after it
+
+	// Name is the table or index a CREATE makes, the table a column is added
+	// to, or the table a step writes.
+	Name ident.Table
+	// On is an index's table.
+	On ident.Table
+	// Column is the column a KindColumn adds.
+	Column string
+	// Check, for a step, is a query that returns a row when the step's effect
+	// is there already (then it is not run, and the schema is up to date); a
+	// step without one always runs in Migrate and is never checked.
+	Check string
 }
 
-var created = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+// Migration names the migration an object comes from ("0004_upgrade").
+func (o Object) Migration() string { return strings.TrimSuffix(o.File, ".up.sql") }
+
+var (
+	createdRE = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
+	columnRE  = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+	stepRE    = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
+)
 
 // Objects renders the statements of migration file for table t and says what
-// each creates.
+// each makes: the names in the file that are def or derived from it (def_*)
+// become t's (Render); with def "" nothing is rendered.
 func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table) string) ([]Object, error) {
-	stmts, err := Statements(fsys, file)
+	stmts, err := statements(fsys, file)
 	if err != nil {
 		return nil, err
 	}
+	render := func(s string) string {
+		if def == "" {
+			return s
+		}
+		return Render(s, def, t, quote)
+	}
+	name := func(quoted string) ident.Table {
+		n := strings.Trim(quoted, "\"`")
+		if def == "" || !derives(n, def) {
+			return ident.Table{Name: ident.Name(n)}
+		}
+		return t.Derived(strings.TrimPrefix(n, def))
+	}
 	out := make([]Object, 0, len(stmts))
 	for _, s := range stmts {
-		m := created.FindStringSubmatch(s)
-		if m == nil {
-			if len(out) == 0 {
-				return nil, fmt.Errorf("%s: a statement before any CREATE TABLE or CREATE INDEX: %.40s", file, s)
+		o := Object{File: file, SQL: render(s.sql)}
+		if m := createdRE.FindStringSubmatch(s.sql); m != nil {
+			o.Kind, o.Name = KindTable, name(m[4])
+			if strings.EqualFold(m[2], "INDEX") {
+				o.Kind, o.On = KindIndex, name(m[5])
 			}
+		} else if m := columnRE.FindStringSubmatch(s.sql); m != nil {
+			o.Kind, o.Name, o.Column = KindColumn, name(m[1]), strings.Trim(m[2], "\"`")
+		} else if len(out) > 0 && s.check == "" {
 			last := &out[len(out)-1]
-			last.After = append(last.After, Render(s, def, t, quote))
+			last.After = append(last.After, o.SQL)
 			continue
+		} else {
+			o.Kind, o.Check = KindStep, render(s.check)
+			if m := stepRE.FindStringSubmatch(s.sql); m != nil {
+				o.Name = name(m[1])
+			}
 		}
-		name := strings.Trim(m[4], "\"`")
-		o := Object{SQL: Render(s, def, t, quote), Index: strings.EqualFold(m[2], "INDEX")}
-		suffix := strings.TrimPrefix(name, def)
-		o.Name = t.Derived(suffix)
 		out = append(out, o)
 	}
 	return out, nil
 }
 
-// CreateMissing runs the statements of objs, each only when exists says the
-// object it creates is missing (so that a role without DDL rights works
-// against tables the migrations made).
-func CreateMissing(ctx context.Context, x Execer, objs []Object, exists func(Object) (bool, error)) error {
-	for _, o := range objs {
-		ok, err := exists(o)
+// derives reports whether name is def or a name derived from it (def_*).
+func derives(name, def string) bool {
+	return name == def || strings.HasPrefix(name, def+"_")
+}
+
+// SchemaObjects returns the objects of every migration in fsys, in version
+// order, that are on the default table def or on a table derived from it,
+// rendered for t: the one definition of what Herald creates itself and checks
+// at start, so that a migration added later is covered with no code change.
+func SchemaObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table) string) ([]Object, error) {
+	migs, err := Migrations(fsys)
+	if err != nil {
+		return nil, err
+	}
+	var out []Object
+	for _, m := range migs {
+		objs, err := Objects(fsys, m.Up, def, t, quote)
 		if err != nil {
-			return fmt.Errorf("look up %s: %w", o.Name, err)
+			return nil, err
+		}
+		for _, o := range objs {
+			if o.Kind == KindIndex {
+				if on := o.On.Name; on != "" && derivesTable(o.On, t) {
+					out = append(out, o)
+				}
+				continue
+			}
+			if derivesTable(o.Name, t) {
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
+
+// derivesTable reports whether n (rendered) is t or a table derived from it.
+func derivesTable(n, t ident.Table) bool {
+	return n.Schema == t.Schema && derives(string(n.Name), string(t.Name))
+}
+
+// Catalog looks up whether what o makes exists (its table, index or column;
+// for a step, whether its check returns a row).
+type Catalog func(ctx context.Context, x Execer, o Object) (bool, error)
+
+// Found reports whether q returns a row (a step's check, a catalog lookup).
+func Found(ctx context.Context, x Execer, q string, args ...any) (bool, error) {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rows.Close() }()
+	found := rows.Next()
+	return found, rows.Err()
+}
+
+// CreateMissing makes, of objs, the tables and indexes that exists says are
+// missing, and the columns of the tables it made in this call that are
+// missing (a table made by an earlier migration and altered by a later one).
+// It never alters a table that was there before, and runs no step: an
+// outdated table is for Migrate, and CheckSchema names the migration. An
+// index whose creation fails is left out when skip says so. A role without
+// DDL rights works where everything exists.
+func CreateMissing(ctx context.Context, x Execer, objs []Object, exists Catalog, skip func(name string, err error) bool) error {
+	made := map[string]bool{}
+	for _, o := range objs {
+		switch o.Kind {
+		case KindStep:
+			continue
+		case KindColumn:
+			if !made[o.Name.String()] {
+				continue
+			}
+		}
+		ok, err := exists(ctx, x, o)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", describe(o), err)
 		}
 		if ok {
 			continue
 		}
-		for _, q := range append([]string{o.SQL}, o.After...) {
-			if _, err := x.ExecContext(ctx, q); err != nil {
-				return fmt.Errorf("create %s: %w", o.Name, err)
+		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
+			if o.Kind == KindIndex && skip != nil && skip(o.Name.String(), err) {
+				continue
 			}
+			return fmt.Errorf("create %s: %w", describe(o), err)
+		}
+		for _, q := range o.After {
+			if _, err := x.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("create %s: %w", describe(o), err)
+			}
+		}
+		if o.Kind == KindTable {
+			made[o.Name.String()] = true
 		}
 	}
 	return nil
+}
+
+// ErrSchemaOutdated is returned (wrapped) at start when a table Herald uses
+// lacks a table, column or row that a migration makes; the message names the
+// migration to run.
+var ErrSchemaOutdated = errors.New("schema outdated")
+
+// CheckSchema returns ErrSchemaOutdated, naming the migration to run, for the
+// first of objs (tables, columns, checked steps) that exists says is missing;
+// indexes are not required. Nothing is checked while the first table of objs
+// (the one the others hang on) does not exist: a missing table is not an
+// outdated one. It reads catalogs only: no DDL, no lock but a reader's.
+func CheckSchema(ctx context.Context, x Execer, objs []Object, exists Catalog) error {
+	first := true
+	for _, o := range objs {
+		if o.Kind == KindIndex || (o.Kind == KindStep && o.Check == "") {
+			continue
+		}
+		ok, err := exists(ctx, x, o)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", describe(o), err)
+		}
+		if first && o.Kind == KindTable {
+			first = false
+			if !ok {
+				return nil
+			}
+			continue
+		}
+		first = false
+		if !ok {
+			return fmt.Errorf("%w: %s is missing: run migration %s (migrations.Migrate, or herald migrate up)",
+				ErrSchemaOutdated, describe(o), o.Migration())
+		}
+	}
+	return nil
+}
+
+// describe names what o makes, for messages.
+func describe(o Object) string {
+	switch o.Kind {
+	case KindIndex:
+		return "index " + o.Name.String()
+	case KindColumn:
+		return "column " + o.Column + " of " + o.Name.String()
+	case KindStep:
+		return "the rows of " + o.Name.String()
+	}
+	return "table " + o.Name.String()
 }
 
 // MigrationsTable is the table Migrate records applied versions in.
@@ -181,8 +397,21 @@ const MigrationsTable = "herald_schema_migrations"
 // Migrate applies the migrations of d not yet recorded in MigrationsTable (for
 // the default table names), each in a transaction where the database allows
 // DDL in one, and records each version. It returns the versions it applied.
+//
+// A statement that makes a table, an index or a column runs only when
+// d.ObjectExists says it is missing, and a step with a check only when the
+// check finds nothing (the statements that follow one run with it): so
+// Migrate over tables Herald created itself (no version recorded) keeps them,
+// makes what they lack, brings a table an earlier release made to today's
+// shape, records every version, and leaves the schema Migrate alone makes.
 func Migrate(ctx context.Context, db DB, d Driver) ([]int64, error) {
-	migs, err := Migrations(d.Migrations())
+	return MigrateFS(ctx, db, d, d.Migrations())
+}
+
+// MigrateFS is Migrate with the migrations read from fsys (a set of d's: the
+// partitioned PostgreSQL set, say).
+func MigrateFS(ctx context.Context, db DB, d Driver, fsys fs.FS) ([]int64, error) {
+	migs, err := Migrations(fsys)
 	if err != nil {
 		return nil, err
 	}
@@ -198,25 +427,33 @@ func Migrate(ctx context.Context, db DB, d Driver) ([]int64, error) {
 		if slices.Contains(applied, m.Version) {
 			continue
 		}
-		stmts, err := Statements(d.Migrations(), m.Up)
+		objs, err := Objects(fsys, m.Up, "", ident.Table{}, d.Quote)
 		if err != nil {
 			return done, err
 		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return done, err
-		}
-		for _, s := range stmts {
-			if _, err := tx.ExecContext(ctx, s); err != nil {
-				_ = tx.Rollback()
-				return done, fmt.Errorf("migration %d_%s: %w", m.Version, m.Name, err)
+		err = InTx(ctx, db, nil, func(tx Execer) error {
+			for _, o := range objs {
+				if o.Kind != KindStep || o.Check != "" {
+					ok, err := d.ObjectExists(ctx, tx, o)
+					if err != nil {
+						return fmt.Errorf("look up %s: %w", describe(o), err)
+					}
+					if ok {
+						continue
+					}
+				}
+				for _, q := range append([]string{o.SQL}, o.After...) {
+					if _, err := tx.ExecContext(ctx, q); err != nil {
+						return err
+					}
+				}
 			}
-		}
-		if _, err := tx.ExecContext(ctx, d.RecordMigrationSQL(), m.Version, m.Name); err != nil {
-			_ = tx.Rollback()
-			return done, fmt.Errorf("record migration %d: %w", m.Version, err)
-		}
-		if err := tx.Commit(); err != nil {
+			if _, err := tx.ExecContext(ctx, d.RecordMigrationSQL(), m.Version, m.Name); err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
+			return nil
+		})
+		if err != nil {
 			return done, fmt.Errorf("migration %d_%s: %w", m.Version, m.Name, err)
 		}
 		done = append(done, m.Version)
@@ -240,4 +477,73 @@ func AppliedVersions(ctx context.Context, db Execer) ([]int64, error) {
 		out = append(out, v)
 	}
 	return out, rows.Err()
+}
+
+// Schema is one database's migrations and catalog: what Herald creates itself
+// and checks at start for one outbox or inbox table, from every migration of
+// the set (Outbox-, Relay- and InboxObjects).
+type Schema struct {
+	FS     fs.FS
+	Quote  func(ident.Table) string
+	Exists Catalog
+}
+
+// CreateOutbox creates what the write path needs on the outbox t when missing.
+func (s Schema) CreateOutbox(ctx context.Context, x Execer, t ident.Table) error {
+	objs, err := OutboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return CreateMissing(ctx, x, objs, s.Exists, nil)
+}
+
+// CheckOutbox checks what the write path needs on the outbox t (CheckSchema).
+func (s Schema) CheckOutbox(ctx context.Context, x Execer, t ident.Table) error {
+	objs, err := OutboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return CheckSchema(ctx, x, objs, s.Exists)
+}
+
+// CreateRelay creates the relay's additions to the outbox t that the mode
+// needs when missing; an index whose creation fails is left out when skip
+// says so.
+func (s Schema) CreateRelay(ctx context.Context, x Execer, t ident.Table, ordered, retention bool, skip func(string, error) bool) error {
+	objs, err := RelayObjects(s.FS, t, s.Quote, ordered, retention)
+	if err != nil {
+		return err
+	}
+	return CreateMissing(ctx, x, objs, s.Exists, skip)
+}
+
+// CheckRelay checks the outbox t and the relay's additions the mode needs.
+func (s Schema) CheckRelay(ctx context.Context, x Execer, t ident.Table, ordered, retention bool) error {
+	out, err := OutboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	rel, err := RelayObjects(s.FS, t, s.Quote, ordered, retention)
+	if err != nil {
+		return err
+	}
+	return CheckSchema(ctx, x, append(out, rel...), s.Exists)
+}
+
+// CreateInbox creates the inbox t when missing.
+func (s Schema) CreateInbox(ctx context.Context, x Execer, t ident.Table) error {
+	objs, err := InboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return CreateMissing(ctx, x, objs, s.Exists, nil)
+}
+
+// CheckInbox checks the inbox t.
+func (s Schema) CheckInbox(ctx context.Context, x Execer, t ident.Table) error {
+	objs, err := InboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return CheckSchema(ctx, x, objs, s.Exists)
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"io/fs"
 	"strconv"
 	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
 )
 
 // Claimed is an outbox row a relay claimed.
@@ -115,6 +118,9 @@ type Relay interface {
 	// claims, dead events and retention (optional: when creating one fails
 	// and skip(name, err) says so, the relay goes on without it).
 	Create(ctx context.Context, x Execer, ordered, retention bool, skip func(name string, err error) bool) error
+	// Check is Outbox.Check for the outbox and the relay's additions that
+	// a relay in this mode needs.
+	Check(ctx context.Context, x Execer, ordered, retention bool) error
 
 	// ClaimLocked claims up to limit due events in tx, locking them and
 	// skipping rows others locked (Caps.RowLocks); the locks hold until tx ends.
@@ -212,47 +218,60 @@ type Waker interface {
 	Notify(ctx context.Context, db *sql.DB, channel string) error
 }
 
-// CreateRelayObjects creates, of the relay's additions objs (rendered from the
-// relay migration), those the mode needs and exists says are missing: the
-// lease and instance tables and the claim indexes in ordered mode, the dead
-// index always, the processed index with retention. An index whose creation
-// fails is left out when skip says so.
-func CreateRelayObjects(ctx context.Context, x Execer, objs []Object, ordered, retention bool,
-	exists func(Object) (bool, error), skip func(name string, err error) bool) error {
+// relayNeeds reports whether o is one of the relay's additions to the outbox
+// (by its name: the lease and instance tables and what is on them, the claim,
+// dead and retention indexes) and whether a relay in this mode needs it: the
+// lease and instance tables and the claim indexes in ordered mode, the
+// processed index with retention, the dead index always.
+func relayNeeds(o Object, ordered, retention bool) (relay, need bool) {
+	name := string(o.Name.Name)
+	switch {
+	case hasSuffix(name, "_leases"), hasSuffix(name, "_relays"), hasSuffix(name, "_ordered_idx"), hasSuffix(name, "_aggregate_idx"):
+		return true, ordered
+	case hasSuffix(name, "_processed_idx"):
+		return true, retention
+	case hasSuffix(name, "_dead_idx"):
+		return true, true
+	}
+	return false, false
+}
+
+// OutboxObjects are the objects of the migrations in fsys on the outbox t and
+// the tables derived from it that are not the relay's: what the write path
+// needs (in PostgreSQL's partitioned set, the partitioned table).
+func OutboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]Object, error) {
+	return filterObjects(fsys, DefaultOutbox, t, quote, func(o Object) bool {
+		relay, _ := relayNeeds(o, false, false)
+		return !relay
+	})
+}
+
+// RelayObjects are the relay's additions to the outbox t in the migrations in
+// fsys that a relay in this mode needs.
+func RelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string, ordered, retention bool) ([]Object, error) {
+	return filterObjects(fsys, DefaultOutbox, t, quote, func(o Object) bool {
+		relay, need := relayNeeds(o, ordered, retention)
+		return relay && need
+	})
+}
+
+// InboxObjects are the objects of the migrations in fsys on the inbox t.
+func InboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]Object, error) {
+	return filterObjects(fsys, DefaultInbox, t, quote, func(Object) bool { return true })
+}
+
+func filterObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table) string, keep func(Object) bool) ([]Object, error) {
+	objs, err := SchemaObjects(fsys, def, t, quote)
+	if err != nil {
+		return nil, err
+	}
+	out := objs[:0]
 	for _, o := range objs {
-		name := string(o.Name.Name)
-		need := false
-		switch {
-		case hasSuffix(name, "_leases"), hasSuffix(name, "_relays"), hasSuffix(name, "_ordered_idx"), hasSuffix(name, "_aggregate_idx"):
-			need = ordered
-		case hasSuffix(name, "_processed_idx"):
-			need = retention
-		default:
-			need = true
-		}
-		if !need {
-			continue
-		}
-		ok, err := exists(o)
-		if err != nil {
-			return err
-		}
-		if ok {
-			continue
-		}
-		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
-			if o.Index && skip != nil && skip(o.Name.String(), err) {
-				continue
-			}
-			return err
-		}
-		for _, q := range o.After {
-			if _, err := x.ExecContext(ctx, q); err != nil {
-				return err
-			}
+		if keep(o) {
+			out = append(out, o)
 		}
 	}
-	return nil
+	return out, nil
 }
 
 func hasSuffix(s, suffix string) bool {

@@ -79,6 +79,10 @@ type Driver interface {
 	Admin(t ident.Table) Admin
 	// Waker returns the cross-process wake-ups, or nil without Caps.Listen.
 	Waker() Waker
+	// ObjectExists reports whether what the migration statement o makes
+	// exists (its table, index or column), or for a step whether its check
+	// returns a row.
+	ObjectExists(ctx context.Context, x Execer, o Object) (bool, error)
 	// PermissionDenied reports whether err says the role may not do what it
 	// tried (create an index, say).
 	PermissionDenied(err error) bool
@@ -122,8 +126,12 @@ type Outbox interface {
 	// Exists reports whether the table exists.
 	Exists(ctx context.Context, x Execer) (bool, error)
 	// Create creates the table and its indexes if missing (for the relay:
-	// with the relay's tables and indexes too).
+	// with the relay's tables and indexes too), from every migration.
 	Create(ctx context.Context, x Execer) error
+	// Check returns ErrSchemaOutdated (wrapped, naming the migration to run)
+	// when the table exists but lacks a column, table or row a migration
+	// makes; nil when it is up to date or missing.
+	Check(ctx context.Context, x Execer) error
 
 	// Insert inserts events, leaving rows whose id exists alone, and returns how
 	// many it inserted. With tokens it also returns, by id, a token that tells
@@ -145,6 +153,8 @@ type Inbox interface {
 	Exists(ctx context.Context, x Execer) (bool, error)
 	// Create creates the table and its index if missing.
 	Create(ctx context.Context, x Execer) error
+	// Check is Outbox.Check for the inbox table.
+	Check(ctx context.Context, x Execer) error
 	// Insert records (consumer, id) and reports whether it was new; a
 	// concurrent insert of the same key waits for the first to end.
 	Insert(ctx context.Context, x Execer, consumer, id string) (bool, error)

@@ -107,16 +107,31 @@ func exists(ctx context.Context, x store.Execer, n ident.Table, index bool, on i
 	return found, rows.Err()
 }
 
-// createMissing runs the statements of migration file for table t, each only
-// when the object it creates is missing (MySQL's CREATE INDEX has no IF NOT
-// EXISTS).
-func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {
-	objs, err := store.Objects(Migrations(), file, def, t, Quote)
-	if err != nil {
-		return err
-	}
-	return store.CreateMissing(ctx, x, objs, func(o store.Object) (bool, error) { return exists(ctx, x, o.Name, o.Index, t) })
+// ObjectExists reports whether what the migration statement o makes exists.
+func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+	return objectExists(ctx, x, o)
 }
+
+func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+	switch o.Kind {
+	case store.KindColumn:
+		schema := any(nil)
+		if o.Name.Schema != "" {
+			schema = string(o.Name.Schema)
+		}
+		return store.Found(ctx, x, `SELECT 1 FROM information_schema.columns
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`, schema, string(o.Name.Name), o.Column)
+	case store.KindStep:
+		return store.Found(ctx, x, o.Check)
+	case store.KindIndex:
+		return exists(ctx, x, o.Name, true, o.On)
+	}
+	return exists(ctx, x, o.Name, false, o.Name)
+}
+
+// schema is what Herald creates and checks from the migrations (MySQL's
+// CREATE INDEX has no IF NOT EXISTS: each object is looked up first).
+var schema = store.Schema{FS: Migrations(), Quote: Quote, Exists: objectExists}
 
 // Outbox returns the operations on the outbox table t.
 func (Driver) Outbox(t ident.Table) store.Outbox { return &outbox{t: t} }
@@ -133,7 +148,11 @@ func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
 }
 
 func (o *outbox) Create(ctx context.Context, x store.Execer) error {
-	return createMissing(ctx, x, "0001_outbox_messages.up.sql", store.DefaultOutbox, o.t)
+	return schema.CreateOutbox(ctx, x, o.t)
+}
+
+func (o *outbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckOutbox(ctx, x, o.t)
 }
 
 // ErrTooLong is returned for a value longer than its column.
@@ -275,7 +294,11 @@ func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
 }
 
 func (in *inbox) Create(ctx context.Context, x store.Execer) error {
-	return createMissing(ctx, x, "0003_inbox_messages.up.sql", store.DefaultInbox, in.t)
+	return schema.CreateInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckInbox(ctx, x, in.t)
 }
 
 func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {

@@ -98,12 +98,11 @@ WHERE dead_at IS NOT NULL`)
 }
 
 func (r *relay) Create(ctx context.Context, x store.Execer, ordered, retention bool, skip func(string, error) bool) error {
-	objs, err := store.Objects(Migrations(), "0002_relay.up.sql", store.DefaultOutbox, r.t, Quote)
-	if err != nil {
-		return err
-	}
-	return store.CreateRelayObjects(ctx, x, objs, ordered, retention,
-		func(o store.Object) (bool, error) { return exists(ctx, x, o.Name, o.Index, r.t) }, skip)
+	return schema.CreateRelay(ctx, x, r.t, ordered, retention, skip)
+}
+
+func (r *relay) Check(ctx context.Context, x store.Execer, ordered, retention bool) error {
+	return schema.CheckRelay(ctx, x, r.t, ordered, retention)
 }
 
 func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }

@@ -102,20 +102,31 @@ func exists(ctx context.Context, x store.Execer, quoted string) (bool, error) {
 	return found.Valid, err
 }
 
-// createMissing runs the statements of migration file for table t, each only
-// when the object it creates is missing.
-func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {
-	return createMissingFrom(ctx, x, Migrations(), file, def, t)
+// ObjectExists reports whether what the migration statement o makes exists.
+func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+	return objectExists(ctx, x, o)
 }
 
-// createMissingFrom is createMissing with the migration file read from fsys.
-func createMissingFrom(ctx context.Context, x store.Execer, fsys fs.FS, file, def string, t ident.Table) error {
-	objs, err := store.Objects(fsys, file, def, t, ident.Table.Quoted)
-	if err != nil {
-		return err
+func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+	switch o.Kind {
+	case store.KindColumn:
+		var ok bool
+		err := store.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`,
+			[]any{o.Name.Quoted(), o.Column}, &ok)
+		return ok, err
+	case store.KindStep:
+		return store.Found(ctx, x, o.Check)
 	}
-	return store.CreateMissing(ctx, x, objs, func(o store.Object) (bool, error) { return exists(ctx, x, o.Name.Quoted()) })
+	return exists(ctx, x, o.Name.Quoted())
 }
+
+// schema is what Herald creates and checks from the migrations; partitioned
+// the same from the partitioned set.
+var (
+	schema            = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists}
+	partitionedSchema = store.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists}
+)
 
 // Outbox returns the operations on the outbox table t.
 func (Driver) Outbox(t ident.Table) store.Outbox { return newOutbox(t) }
@@ -162,7 +173,11 @@ func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
 }
 
 func (o *outbox) Create(ctx context.Context, x store.Execer) error {
-	return createMissing(ctx, x, "0001_outbox_messages.up.sql", store.DefaultOutbox, o.t)
+	return schema.CreateOutbox(ctx, x, o.t)
+}
+
+func (o *outbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckOutbox(ctx, x, o.t)
 }
 
 func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, tokens bool) (int64, map[uuid.UUID]int64, error) {
@@ -337,7 +352,11 @@ func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
 }
 
 func (in *inbox) Create(ctx context.Context, x store.Execer) error {
-	return createMissing(ctx, x, "0003_inbox_messages.up.sql", store.DefaultInbox, in.t)
+	return schema.CreateInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckInbox(ctx, x, in.t)
 }
 
 func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {

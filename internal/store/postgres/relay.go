@@ -161,12 +161,11 @@ WHERE dead_at IS NOT NULL`)
 }
 
 func (r *relay) Create(ctx context.Context, x store.Execer, ordered, retention bool, skip func(string, error) bool) error {
-	objs, err := store.Objects(Migrations(), "0002_relay.up.sql", store.DefaultOutbox, r.t, ident.Table.Quoted)
-	if err != nil {
-		return err
-	}
-	return store.CreateRelayObjects(ctx, x, objs, ordered, retention,
-		func(o store.Object) (bool, error) { return exists(ctx, x, o.Name.Quoted()) }, skip)
+	return schema.CreateRelay(ctx, x, r.t, ordered, retention, skip)
+}
+
+func (r *relay) Check(ctx context.Context, x store.Execer, ordered, retention bool) error {
+	return schema.CheckRelay(ctx, x, r.t, ordered, retention)
 }
 
 func scanClaimed(rows *sql.Rows, extra ...any) (store.Claimed, error) {
@@ -1051,9 +1050,10 @@ func frontierSQL(t ident.Table) string {
 var _ store.PartitionRetention = (*relay)(nil)
 
 // CreatePartitioned creates the outbox partitioned by occurred_at when
-// missing (the partitioned variant of migration 0001).
+// missing (the partitioned set: its 0001, and the later migrations' changes
+// to the outbox).
 func (r *relay) CreatePartitioned(ctx context.Context, x store.Execer) error {
-	return createMissingFrom(ctx, x, partitionedOnly(), "0001_outbox_messages.up.sql", store.DefaultOutbox, r.t)
+	return partitionedSchema.CreateOutbox(ctx, x, r.t)
 }
 
 // Partitioned reports whether the outbox is a partitioned table.

@@ -89,15 +89,28 @@ func exists(ctx context.Context, x store.Execer, n ident.Table) (bool, error) {
 	return found, rows.Err()
 }
 
-// createMissing runs the statements of migration file for table t, each only
-// when the object it creates is missing.
-func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {
-	objs, err := store.Objects(Migrations(), file, def, t, ident.Table.Quoted)
-	if err != nil {
-		return err
-	}
-	return store.CreateMissing(ctx, x, objs, func(o store.Object) (bool, error) { return exists(ctx, x, o.Name) })
+// ObjectExists reports whether what the migration statement o makes exists.
+func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+	return objectExists(ctx, x, o)
 }
+
+func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+	switch o.Kind {
+	case store.KindColumn:
+		schema := "main"
+		if o.Name.Schema != "" {
+			schema = string(o.Name.Schema)
+		}
+		return store.Found(ctx, x, `SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?`,
+			string(o.Name.Name), schema, o.Column)
+	case store.KindStep:
+		return store.Found(ctx, x, o.Check)
+	}
+	return exists(ctx, x, o.Name)
+}
+
+// schema is what Herald creates and checks from the migrations.
+var schema = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists}
 
 // Outbox returns the operations on the outbox table t.
 func (Driver) Outbox(t ident.Table) store.Outbox { return &outbox{t: t} }
@@ -114,7 +127,11 @@ func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
 }
 
 func (o *outbox) Create(ctx context.Context, x store.Execer) error {
-	return createMissing(ctx, x, "0001_outbox_messages.up.sql", store.DefaultOutbox, o.t)
+	return schema.CreateOutbox(ctx, x, o.t)
+}
+
+func (o *outbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckOutbox(ctx, x, o.t)
 }
 
 // maxRows bounds the rows of one INSERT (SQLite allows 32766 parameters).
@@ -218,7 +235,11 @@ func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
 }
 
 func (in *inbox) Create(ctx context.Context, x store.Execer) error {
-	return createMissing(ctx, x, "0003_inbox_messages.up.sql", store.DefaultInbox, in.t)
+	return schema.CreateInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckInbox(ctx, x, in.t)
 }
 
 func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {

@@ -1,0 +1,2 @@
+-- +goose Down
+-- Nothing to undo: the rows belong to 0001's table (its down drops it).

@@ -1,0 +1,2 @@
+-- +goose Down
+-- Nothing to undo: the column belongs to 0001's table (its down drops it).

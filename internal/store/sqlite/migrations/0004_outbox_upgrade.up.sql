@@ -1,0 +1,22 @@
+-- +goose Up
+-- Herald outbox upgrade (SQLite): brings an outbox table that an earlier
+-- Herald made, before 0001 had part_key, to the shape 0001 makes today (0001
+-- was edited in place then; migrations are append-only since), computing the
+-- part_key of the rows there (FNV-1a over the UTF-8 bytes of the aggregate,
+-- or of the id, as Herald does at insert).
+--
+-- SQLite cannot add a column only when it is missing, and every table 0001
+-- makes today has it: the statements are comments to goose and golang-migrate
+-- (which run nothing here), and Herald's Migrate runs them ("-- herald: ")
+-- only when the outbox has no part_key. A table made by a tool before 0001 had
+-- part_key needs Herald's Migrate (herald migrate up) for this version.
+-- herald: ALTER TABLE "outbox_messages" ADD COLUMN part_key INTEGER NOT NULL DEFAULT 0;
+-- herald: UPDATE "outbox_messages" SET part_key = (
+-- herald:   WITH RECURSIVE b(x) AS (SELECT hex(CAST(CASE WHEN aggregate_id = '' THEN id ELSE aggregate_type || ':' || aggregate_id END AS BLOB))),
+-- herald:   h(i, v) AS (
+-- herald:     SELECT 0, 2166136261
+-- herald:     UNION ALL
+-- herald:     SELECT i + 1, ((v | ((instr('0123456789ABCDEF', substr(x, 2 * i + 1, 1)) - 1) * 16 + instr('0123456789ABCDEF', substr(x, 2 * i + 2, 1)) - 1))
+-- herald:       - (v & ((instr('0123456789ABCDEF', substr(x, 2 * i + 1, 1)) - 1) * 16 + instr('0123456789ABCDEF', substr(x, 2 * i + 2, 1)) - 1))) * 16777619 & 4294967295
+-- herald:     FROM h, b WHERE i < length(x) / 2)
+-- herald:   SELECT v FROM h ORDER BY i DESC LIMIT 1);
