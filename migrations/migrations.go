@@ -11,7 +11,11 @@
 //
 // Herald also creates its tables when they are missing (and leaves them alone
 // when present), so migrations are for deployments where the application's
-// roles may not create tables, or that manage schema with a tool.
+// roles may not create tables, or that manage schema with a tool. Released
+// migrations are never edited: a change is a new migration, which Migrate and
+// Herald's own creation both read. At start the outbox hook, the relay and the
+// inbox check that an existing table has what every migration makes, and fail
+// with ErrSchemaOutdated naming the migration to run.
 package migrations
 
 import (
@@ -28,6 +32,12 @@ import (
 	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/internal/store/sqlite"
 )
+
+// ErrSchemaOutdated is returned (wrapped) at start by the outbox hook, the
+// relay and the inbox for a table that lacks what a migration makes; the
+// message names the migration. It is outboxhook.ErrSchemaOutdated,
+// relay.ErrSchemaOutdated and inbox.ErrSchemaOutdated.
+var ErrSchemaOutdated = store.ErrSchemaOutdated
 
 // Postgres returns the PostgreSQL migrations.
 func Postgres() fs.FS { return postgres.Migrations() }
@@ -55,7 +65,25 @@ func For(db *gorm.DB) (fs.FS, error) {
 // Migrate applies the migrations of db's database that are not yet recorded in
 // herald_schema_migrations, in order, each in a transaction where the database
 // allows DDL in one, and returns the versions it applied.
+//
+// Each statement that makes a table, an index or a column runs only when it is
+// missing (looked up first), and a data step only when its check finds its
+// rows missing. So Migrate over tables Herald created itself (nothing
+// recorded) keeps them, makes what they lack, records every version, and
+// leaves the schema Migrate alone makes; it brings tables an earlier release
+// made to today's shape (0004); and Herald creating its tables after Migrate
+// finds nothing to do.
 func Migrate(ctx context.Context, db *gorm.DB) ([]int64, error) {
+	d, err := drivers.For(db)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return MigrateFS(ctx, db, d.Migrations())
+}
+
+// MigrateFS is Migrate with the migrations of fsys, one of this package's sets
+// for db's database: PostgresPartitioned, for retention by partition drop.
+func MigrateFS(ctx context.Context, db *gorm.DB, fsys fs.FS) ([]int64, error) {
 	d, err := drivers.For(db)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
@@ -64,7 +92,7 @@ func Migrate(ctx context.Context, db *gorm.DB) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	done, err := store.Migrate(ctx, sqlDB, d)
+	done, err := store.MigrateFS(ctx, sqlDB, d, fsys)
 	if err != nil {
 		return done, fmt.Errorf("migrations: %w", err)
 	}

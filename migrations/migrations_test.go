@@ -1,0 +1,327 @@
+package migrations_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/store"
+	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
+	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/migrations"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// upgrade names the migration that brings the tables of earlier releases to
+// today's shape.
+const upgrade = "0004_outbox_upgrade"
+
+// legacyInsert writes an event as the code that made the legacy table did.
+var legacyInsert = map[string]string{
+	"postgres": `INSERT INTO outbox_messages (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at)
+VALUES ($1, 'account.deposited', 1, 'account', $2, 'account.deposited', '{}', '{}', now())`,
+	"mysql": "INSERT INTO `outbox_messages` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at)\n" +
+		"VALUES (?, 'account.deposited', 1, 'account', ?, 'account.deposited', '{}', '{}', UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))",
+	"sqlite": `INSERT INTO "outbox_messages" (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at)
+VALUES (?, 'account.deposited', 1, 'account', ?, 'account.deposited', '{}', '{}', CAST(unixepoch('subsec') * 1000000 AS INTEGER))`,
+}
+
+// An outbox made by an earlier release (its DDL kept in testdata/legacy,
+// with events written into it as that code did): the plugin, the relay's
+// Setup and Run refuse it with ErrSchemaOutdated naming the migration to
+// run; after Migrate the plugin writes, and the relay publishes the old
+// events and the new one.
+func TestUpgradeFromEarlierSchema(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		files, err := filepath.Glob(filepath.Join("testdata", "legacy", d.Name+"_*.sql"))
+		testkit.Must(t, err)
+		if len(files) == 0 {
+			t.Fatal("no legacy schema")
+		}
+		for _, file := range files {
+			t.Run(strings.TrimSuffix(filepath.Base(file), ".sql"), func(t *testing.T) {
+				t.Parallel()
+				upgradeFrom(t, d, file)
+			})
+		}
+	})
+}
+
+func upgradeFrom(t *testing.T, d testkit.Dialect, file string) {
+	ctx := context.Background()
+	dsn := d.NewDSN(t)
+	db := d.Open(t, dsn, nil)
+	sqlDB, err := db.DB()
+	testkit.Must(t, err)
+	ddl, err := os.ReadFile(file)
+	testkit.Must(t, err)
+	for _, stmt := range strings.Split(string(ddl), ";\n") {
+		if s := strings.TrimSpace(stmt); s != "" {
+			if _, err := sqlDB.ExecContext(ctx, s); err != nil {
+				t.Fatalf("legacy DDL: %v\n%s", err, s)
+			}
+		}
+	}
+	var old []string
+	for i := range 3 {
+		id := uuid.NewString()
+		old = append(old, id)
+		if _, err := sqlDB.ExecContext(ctx, legacyInsert[d.Name], id, fmt.Sprintf("acct-%d", i%2)); err != nil {
+			t.Fatalf("legacy insert: %v", err)
+		}
+	}
+
+	// The earlier table is refused, by name of the migration to run.
+	outdated := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, outboxhook.ErrSchemaOutdated) || !errors.Is(err, relay.ErrSchemaOutdated) || !strings.Contains(err.Error(), upgrade) {
+			t.Fatalf("%s on the earlier table: %v, want ErrSchemaOutdated naming %s", what, err, upgrade)
+		}
+	}
+	outdated("db.Use", db.Use(outboxhook.New(outboxhook.Config{})))
+	outdated("db.Use (DisableAutoCreate)", d.Open(t, dsn, nil).Use(outboxhook.New(outboxhook.Config{DisableAutoCreate: true})))
+	cfg := relay.Config{Ordered: true, Partitions: 4, PollInterval: 20 * time.Millisecond, Logger: testkit.Quiet()}
+	r, err := relay.New(db, testkit.MustNotPublish{}, cfg)
+	testkit.Must(t, err)
+	outdated("relay Setup", r.Setup(ctx))
+	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	outdated("relay Run", r.Run(runCtx))
+
+	if _, err := migrations.Migrate(ctx, db); err != nil {
+		t.Fatalf("Migrate over the earlier table: %v", err)
+	}
+	if d.Name == "sqlite" { // part_key computed for the rows there, as Herald computes it
+		for _, id := range old {
+			var aggType, aggID string
+			var key int64
+			testkit.Must(t, sqlDB.QueryRowContext(ctx, `SELECT aggregate_type, aggregate_id, part_key FROM outbox_messages WHERE id = ?`, id).
+				Scan(&aggType, &aggID, &key))
+			if want := sqlitestore.PartKey(id, aggType, aggID); key != want {
+				t.Fatalf("event %s: part_key %d after Migrate, want %d", id, key, want)
+			}
+		}
+	}
+
+	// Everything works: a write through the plugin (an aggregate's: it
+	// takes the aggregate's lock), and the relay publishes old and new.
+	db = d.Open(t, dsn, nil)
+	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{})))
+	testkit.Must(t, db.AutoMigrate(&testkit.Account{}))
+	a := &testkit.Account{ID: uuid.New()}
+	a.Record(testkit.Deposited{AccountID: a.ID})
+	testkit.Must(t, db.Transaction(func(tx *gorm.DB) error {
+		return outboxhook.Add(tx.Model(a), testkit.Deposited{AccountID: a.ID, Seq: 1})
+	}))
+	testkit.Must(t, db.Create(a).Error)
+	want := testkit.Count(t, db, "outbox_messages")
+	if want != 5 {
+		t.Fatalf("%d events in the outbox, want 3 old and 2 new", want)
+	}
+	var mu sync.Mutex
+	got := map[string]bool{}
+	pub := testkit.PublisherFunc(func(_ string, msgs ...*message.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range msgs {
+			got[m.UUID] = true
+		}
+		return nil
+	})
+	r, err = relay.New(db, pub, cfg)
+	testkit.Must(t, err)
+	testkit.Must(t, r.Setup(ctx))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- r.Run(runCtx) }()
+	testkit.Eventually(t, time.Minute, "every event published", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return int64(len(got)) == want
+	})
+	stop()
+	testkit.Must(t, <-done)
+	for _, id := range old {
+		if !got[id] {
+			t.Fatalf("old event %s not published", id)
+		}
+	}
+	if n := testkit.Pending(t, db); n != 0 {
+		t.Fatalf("%d events pending after the relay published them all", n)
+	}
+}
+
+// mode is a way of running Herald that self-creates a different set of
+// objects.
+type mode struct {
+	name  string
+	relay relay.Config
+	fsys  func(d testkit.Dialect) string // "partitioned" for the partitioned set
+}
+
+func modes(d testkit.Dialect) []mode {
+	out := []mode{
+		{name: "unordered", relay: relay.Config{}},
+		{name: "ordered", relay: relay.Config{Ordered: true}},
+		{name: "retention", relay: relay.Config{Retention: time.Hour}},
+		{name: "ordered_retention", relay: relay.Config{Ordered: true, Retention: time.Hour}},
+	}
+	if d.Name == "postgres" {
+		out = append(out, mode{name: "partitioned", relay: relay.Config{Retention: time.Hour, DropPartitions: true}})
+	}
+	return out
+}
+
+// selfCreate makes what Herald makes itself in mode m: the relay's Setup
+// (first, so that DropPartitions gets its partitioned outbox), the plugin,
+// the inbox.
+func selfCreate(t *testing.T, d testkit.Dialect, dsn string, m mode) {
+	t.Helper()
+	db := d.Open(t, dsn, nil)
+	cfg := m.relay
+	cfg.Logger = testkit.Quiet()
+	r, err := relay.New(db, testkit.MustNotPublish{}, cfg)
+	testkit.Must(t, err)
+	if err := r.Setup(context.Background()); err != nil {
+		t.Fatalf("relay Setup: %v", err)
+	}
+	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+		t.Fatalf("db.Use: %v", err)
+	}
+	if _, err := inbox.New(db, inbox.Config{}); err != nil {
+		t.Fatalf("inbox.New: %v", err)
+	}
+}
+
+// migrate runs Migrate, with the partitioned set in the partitioned mode.
+func migrate(t *testing.T, d testkit.Dialect, dsn string, m mode) {
+	t.Helper()
+	db := d.Open(t, dsn, nil)
+	var err error
+	if m.relay.DropPartitions {
+		_, err = migrations.MigrateFS(context.Background(), db, migrations.PostgresPartitioned())
+	} else {
+		_, err = migrations.Migrate(context.Background(), db)
+	}
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+}
+
+// Migrate after self-creation succeeds and leaves the schema Migrate alone
+// makes; self-creation after Migrate changes nothing; in every mode.
+func TestMigrateAndSelfCreationAgree(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		for _, m := range modes(d) {
+			t.Run(m.name, func(t *testing.T) {
+				t.Parallel()
+				// Migrate alone.
+				alone := d.NewDSN(t)
+				migrate(t, d, alone, m)
+				want := schemaOf(t, d, alone)
+
+				// Self-creation, then Migrate.
+				self := d.NewDSN(t)
+				selfCreate(t, d, self, m)
+				migrate(t, d, self, m)
+				if got := schemaOf(t, d, self); !slices.Equal(got, want) {
+					t.Fatalf("Migrate after self-creation:\n%s", diff(got, want))
+				}
+
+				// Self-creation after Migrate.
+				selfCreate(t, d, alone, m)
+				if got := schemaOf(t, d, alone); !slices.Equal(got, want) {
+					t.Fatalf("self-creation after Migrate changed the schema:\n%s", diff(got, want))
+				}
+				applied, err := migrations.Applied(context.Background(), d.Open(t, alone, nil))
+				testkit.Must(t, err)
+				migs, err := store.Migrations(migrations.Postgres())
+				testkit.Must(t, err)
+				if len(applied) != len(migs) {
+					t.Fatalf("recorded %v", applied)
+				}
+			})
+		}
+	})
+}
+
+// rangePartition matches the names of the range partitions the relay makes
+// (and their indexes): they depend on the day, not on the migrations.
+var rangePartition = regexp.MustCompile(`_p\d{8}t\d{6}`)
+
+// schemaOf describes the tables, columns and indexes of dsn's database (and
+// how many aggregate lock rows MySQL's has), sorted, without the migrations
+// table and the range partitions.
+func schemaOf(t *testing.T, d testkit.Dialect, dsn string) []string {
+	t.Helper()
+	db := d.Open(t, dsn, nil)
+	sqlDB, err := db.DB()
+	testkit.Must(t, err)
+	var q, schema string
+	switch d.Name {
+	case "postgres":
+		testkit.Must(t, sqlDB.QueryRow(`SELECT current_schema()`).Scan(&schema))
+		q = `SELECT 'table ' || relname || ' ' || relkind::text FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p')
+UNION ALL SELECT 'column ' || table_name || '.' || column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '')
+  FROM information_schema.columns WHERE table_schema = current_schema()
+UNION ALL SELECT 'index ' || indexname || ' ' || indexdef FROM pg_indexes WHERE schemaname = current_schema()`
+	case "mysql":
+		q = "SELECT concat('column ', table_name, '.', column_name, ' ', column_type, ' ', is_nullable, ' ', coalesce(column_default, 'NULL'))\n" +
+			"  FROM information_schema.columns WHERE table_schema = DATABASE()\n" +
+			"UNION ALL SELECT concat('index ', table_name, '.', index_name, ' ', seq_in_index, ' ', column_name, ' ', non_unique)\n" +
+			"  FROM information_schema.statistics WHERE table_schema = DATABASE()\n" +
+			"UNION ALL SELECT concat('lock rows ', count(*)) FROM `outbox_messages_locks`"
+	default:
+		q = `SELECT type || ' ' || name || ' ' || coalesce(sql, '') FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'`
+	}
+	rows, err := sqlDB.Query(q)
+	testkit.Must(t, err)
+	defer func() { _ = rows.Close() }()
+	var out []string
+	for rows.Next() {
+		var s sql.NullString
+		testkit.Must(t, rows.Scan(&s))
+		line := s.String
+		if schema != "" {
+			line = strings.ReplaceAll(strings.ReplaceAll(line, `"`+schema+`".`, ""), schema+".", "")
+		}
+		if strings.Contains(line, store.MigrationsTable) || rangePartition.MatchString(line) {
+			continue
+		}
+		out = append(out, line)
+	}
+	testkit.Must(t, rows.Err())
+	slices.Sort(out)
+	return out
+}
+
+// diff lists the lines only one of got and want has.
+func diff(got, want []string) string {
+	var b strings.Builder
+	for _, g := range got {
+		if !slices.Contains(want, g) {
+			b.WriteString("  extra:   " + g + "\n")
+		}
+	}
+	for _, w := range want {
+		if !slices.Contains(got, w) {
+			b.WriteString("  missing: " + w + "\n")
+		}
+	}
+	return b.String()
+}
