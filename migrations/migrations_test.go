@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,6 +21,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/drivers"
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -99,9 +103,11 @@ func upgradeFrom(t *testing.T, d testkit.Dialect, file string) {
 	r, err := relay.New(db, testkit.MustNotPublish{}, cfg)
 	testkit.Must(t, err)
 	outdated("relay Setup", r.Setup(ctx))
-	runCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	outdated("relay Run", r.Run(runCtx))
+	if d.Name != "mysql" { // MySQL's earlier outbox had today's columns: only the writers' lock rows are missing, which Run does not use
+		runCtx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		outdated("relay Run", r.Run(runCtx))
+	}
 
 	if _, err := migrations.Migrate(ctx, db); err != nil {
 		t.Fatalf("Migrate over the earlier table: %v", err)
@@ -324,4 +330,85 @@ func diff(got, want []string) string {
 		}
 	}
 	return b.String()
+}
+
+// withLater is fsys with two migrations added after the last, as later
+// releases add them: a column on the relay's lease table and a table of the
+// writers'.
+func withLater(t *testing.T, d testkit.Dialect, fsys fs.FS) (fs.FS, string, string) {
+	t.Helper()
+	migs, err := store.Migrations(fsys)
+	testkit.Must(t, err)
+	q := func(s string) string { return `"` + s + `"` }
+	if d.Name == "mysql" {
+		q = func(s string) string { return "`" + s + "`" }
+	}
+	out := fstest.MapFS{}
+	names, err := fs.Glob(fsys, "*.sql")
+	testkit.Must(t, err)
+	for _, n := range names {
+		b, err := fs.ReadFile(fsys, n)
+		testkit.Must(t, err)
+		out[n] = &fstest.MapFile{Data: b}
+	}
+	next := migs[len(migs)-1].Version + 1
+	col := fmt.Sprintf("%04d_lease_generation", next)
+	tbl := fmt.Sprintf("%04d_things", next+1)
+	out[col+".up.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nALTER TABLE " + q("outbox_messages_leases") + " ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;\n")}
+	out[col+".down.sql"] = &fstest.MapFile{Data: []byte("-- +goose Down\nALTER TABLE " + q("outbox_messages_leases") + " DROP COLUMN generation;\n")}
+	out[tbl+".up.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nCREATE TABLE IF NOT EXISTS " + q("outbox_messages_things") + " (k BIGINT NOT NULL PRIMARY KEY);\n" +
+		"CREATE INDEX " + q("outbox_messages_things_k_idx") + " ON " + q("outbox_messages_things") + " (k);\n")}
+	out[tbl+".down.sql"] = &fstest.MapFile{Data: []byte("-- +goose Down\nDROP TABLE " + q("outbox_messages_things") + ";\n")}
+	return out, col, tbl
+}
+
+// A migration added later is created by Herald, checked at start and applied
+// by Migrate with no code change: one definition, the files.
+func TestLaterMigrationIsPickedUp(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		ctx := context.Background()
+		drv, err := drivers.ByName(d.Name)
+		testkit.Must(t, err)
+		later, col, tbl := withLater(t, d, drv.Migrations())
+		now := store.Schema{FS: drv.Migrations(), Quote: drv.Quote, Exists: drv.ObjectExists}
+		next := store.Schema{FS: later, Quote: drv.Quote, Exists: drv.ObjectExists}
+		outbox := ident.MustTable("outbox_messages")
+		open := func() *sql.DB {
+			sqlDB, err := d.OpenNew(t, nil).DB()
+			testkit.Must(t, err)
+			return sqlDB
+		}
+
+		// Self-creation by the later code makes the later objects.
+		fresh := open()
+		testkit.Must(t, next.CreateOutbox(ctx, fresh, outbox))
+		testkit.Must(t, next.CreateRelay(ctx, fresh, outbox, true, true, nil))
+		testkit.Must(t, next.CheckOutbox(ctx, fresh, outbox))
+		testkit.Must(t, next.CheckRelay(ctx, fresh, outbox, true, true))
+
+		// Tables today's code made are outdated for the later code, by name
+		// of the migration; Migrate brings them up to date.
+		old := open()
+		testkit.Must(t, now.CreateOutbox(ctx, old, outbox))
+		testkit.Must(t, now.CreateRelay(ctx, old, outbox, true, true, nil))
+		testkit.Must(t, next.CreateOutbox(ctx, old, outbox)) // makes the missing table, alters nothing
+		if err := next.CheckRelay(ctx, old, outbox, true, true); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), col) {
+			t.Fatalf("relay check of today's tables: %v, want ErrSchemaOutdated naming %s", err, col)
+		}
+		if err := next.CheckRelay(ctx, old, outbox, false, true); err != nil {
+			t.Fatalf("unordered relay check (no lease table needed): %v", err)
+		}
+		oldDB := open()
+		testkit.Must(t, now.CreateOutbox(ctx, oldDB, outbox))
+		if err := next.CheckOutbox(ctx, oldDB, outbox); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), tbl) {
+			t.Fatalf("outbox check of today's tables: %v, want ErrSchemaOutdated naming %s", err, tbl)
+		}
+		for _, db := range []*sql.DB{old, oldDB} {
+			if _, err := store.MigrateFS(ctx, db, drv, later); err != nil {
+				t.Fatalf("Migrate: %v", err)
+			}
+			testkit.Must(t, next.CheckOutbox(ctx, db, outbox))
+			testkit.Must(t, next.CheckRelay(ctx, db, outbox, true, true))
+		}
+	})
 }

@@ -199,18 +199,23 @@ func (r *Relay) ensureSchema(ctx context.Context) error {
 // outbox table (partitioned by occurred_at with DropPartitions, on
 // PostgreSQL), and the relay's tables and indexes (see Run); with
 // DropPartitions also the partitions of the coming ranges. It then checks that
-// the tables have what every migration makes, and fails with
-// ErrSchemaOutdated, naming the migration to run, when they do not. Run does
-// the same but the outbox table, whose absence it waits out; call Setup first
+// the tables have what every migration makes (the writers' too), and fails
+// with ErrSchemaOutdated, naming the migration to run, when they do not. Run
+// does the same but the outbox table, whose absence it waits out, and checks
+// only the tables the relay uses; call Setup first
 // where the outbox hook would otherwise create the table (at db.Use)
 // unpartitioned.
 func (r *Relay) Setup(ctx context.Context) error {
+	out := r.drv.Outbox(r.table)
 	if !r.cfg.DropPartitions {
-		if err := r.drv.Outbox(r.table).Create(ctx, r.db); err != nil {
+		if err := out.Create(ctx, r.db); err != nil {
 			return fmt.Errorf("relay: create outbox: %w", err)
 		}
 	}
 	if err := r.setup(ctx, nil); err != nil {
+		return fmt.Errorf("relay: %w", err)
+	}
+	if err := out.Check(ctx, r.db); err != nil { // the writers' tables too: Setup made them
 		return fmt.Errorf("relay: %w", err)
 	}
 	return nil

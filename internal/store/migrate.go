@@ -68,33 +68,13 @@ func Migrations(fsys fs.FS) ([]Migration, error) {
 	return out, nil
 }
 
-// Statements reads file from fsys and splits it into statements: comment lines
-// dropped, a statement ending with a line that ends in ";". Two kinds of
+// statements reads file from fsys and splits it into statements: comment
+// lines dropped, a statement ending with a line that ends in ";". Two kinds of
 // comment are Herald's own (goose and golang-migrate read them as comments):
 // a line starting "-- herald: " is a line of a statement only Herald runs
-// (one whose effect plain SQL cannot make conditional, checked first in Go),
-// and "-- herald:check <query>" is the query that tells whether the next
-// statement's effect is there already (see Object.Check).
-func Statements(fsys fs.FS, file string) ([]string, error) {
-	stmts, err := statements(fsys, file)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]string, len(stmts))
-	for i, s := range stmts {
-		out[i] = s.sql
-	}
-	return out, nil
-}
-
-// statement is one statement of a migration file, with its check.
-type statement struct{ sql, check string }
-
-const (
-	heraldLine  = "-- herald: "
-	heraldCheck = "-- herald:check "
-)
-
+// (one whose effect plain SQL cannot make conditional: Herald looks it up
+// first), and "-- herald:check <query>" is the query that tells whether the
+// next statement's effect is there already (Object.Check).
 func statements(fsys fs.FS, file string) ([]statement, error) {
 	b, err := fs.ReadFile(fsys, file)
 	if err != nil {
@@ -130,6 +110,14 @@ func statements(fsys fs.FS, file string) ([]statement, error) {
 	}
 	return out, nil
 }
+
+// statement is one statement of a migration file, with its check.
+type statement struct{ sql, check string }
+
+const (
+	heraldLine  = "-- herald: "
+	heraldCheck = "-- herald:check "
+)
 
 // Render puts table t where a migration statement names the default table def
 // (quoted with q's quote character): the table itself and the tables derived
@@ -517,7 +505,9 @@ func (s Schema) CreateRelay(ctx context.Context, x Execer, t ident.Table, ordere
 	return CreateMissing(ctx, x, objs, s.Exists, skip)
 }
 
-// CheckRelay checks the outbox t and the relay's additions the mode needs.
+// CheckRelay checks what the relay uses: the outbox t itself (not the
+// writers' tables derived from it, on which a relay role may have no
+// privilege) and the relay's additions the mode needs.
 func (s Schema) CheckRelay(ctx context.Context, x Execer, t ident.Table, ordered, retention bool) error {
 	out, err := OutboxObjects(s.FS, t, s.Quote)
 	if err != nil {
@@ -527,7 +517,8 @@ func (s Schema) CheckRelay(ctx context.Context, x Execer, t ident.Table, ordered
 	if err != nil {
 		return err
 	}
-	return CheckSchema(ctx, x, append(out, rel...), s.Exists)
+	objs := slices.DeleteFunc(out, func(o Object) bool { return o.Name != t })
+	return CheckSchema(ctx, x, append(objs, rel...), s.Exists)
 }
 
 // CreateInbox creates the inbox t when missing.

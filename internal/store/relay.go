@@ -118,8 +118,8 @@ type Relay interface {
 	// claims, dead events and retention (optional: when creating one fails
 	// and skip(name, err) says so, the relay goes on without it).
 	Create(ctx context.Context, x Execer, ordered, retention bool, skip func(name string, err error) bool) error
-	// Check is Outbox.Check for the outbox and the relay's additions that
-	// a relay in this mode needs.
+	// Check is Outbox.Check for what the relay uses: the outbox table itself
+	// and the relay's additions that a relay in this mode needs.
 	Check(ctx context.Context, x Execer, ordered, retention bool) error
 
 	// ClaimLocked claims up to limit due events in tx, locking them and
