@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
@@ -358,19 +360,27 @@ func TestPurgeDeadCommand(t *testing.T) {
 func TestMigrateCommand(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d, false)
+		migs, err := store.Migrations(dialectFS(d.Name))
+		testkit.Must(t, err)
+		n := len(migs)
 		out := e.must(exitOK, "migrate", "status")
-		if strings.Count(out, "pending") != 3 || !strings.Contains(strings.Join(strings.Fields(out), " "), "0001 outbox_messages pending") || !strings.HasSuffix(out, "3 to apply: herald migrate up\n") {
+		if strings.Count(out, "pending") != n || !strings.Contains(strings.Join(strings.Fields(out), " "), "0001 outbox_messages pending") ||
+			!strings.HasSuffix(out, fmt.Sprintf("%d to apply: herald migrate up\n", n)) {
 			t.Fatalf("migrate status, fresh:\n%s", out)
 		}
+		var applied strings.Builder
+		for _, m := range migs {
+			fmt.Fprintf(&applied, "applied %04d_%s\n", m.Version, m.Name)
+		}
 		out = e.must(exitOK, "migrate", "up", "--db", d.Name)
-		if out != "applied 0001_outbox_messages\napplied 0002_relay\napplied 0003_inbox_messages\n" {
+		if n < 4 || out != applied.String() {
 			t.Fatalf("migrate up:\n%s", out)
 		}
 		if !testkit.TableExists(t, e.db, "outbox_messages") || !testkit.TableExists(t, e.db, "inbox_messages") {
 			t.Fatal("migrate up made no tables")
 		}
 		out = e.must(exitOK, "migrate", "status")
-		if strings.Count(out, "  applied\n") != 3 || !strings.HasSuffix(out, "every migration is applied\n") {
+		if strings.Count(out, "  applied\n") != n || !strings.HasSuffix(out, "every migration is applied\n") {
 			t.Fatalf("migrate status, applied:\n%s", out)
 		}
 		if out := e.must(exitOK, "migrate", "up"); out != "nothing to apply: every migration is applied\n" {
@@ -392,12 +402,14 @@ func TestMigrateCommand(t *testing.T) {
 // migrate print --db needs no database: the SQL of each, up or down.
 func TestMigratePrint(t *testing.T) {
 	for db, want := range map[string]string{"postgres": "timestamptz", "sqlite": "INTEGER PRIMARY KEY", "mysql": "ENGINE=InnoDB"} {
+		migs, err := store.Migrations(dialectFS(db))
+		testkit.Must(t, err)
 		code, out, errs := run1(t, "", "migrate", "print", "--db", db)
-		if code != exitOK || errs != "" || !strings.Contains(out, want) || strings.Count(out, "-- herald migration ") != 3 {
+		if code != exitOK || errs != "" || !strings.Contains(out, want) || strings.Count(out, "-- herald migration ") != len(migs) {
 			t.Fatalf("migrate print --db %s: %d %s\n%s", db, code, errs, out)
 		}
 		_, out, _ = run1(t, "", "migrate", "print", "--db", db, "--down")
-		if !strings.HasPrefix(out, "-- herald migration 0003_inbox_messages.down.sql") || !strings.Contains(out, "DROP TABLE") {
+		if !strings.HasPrefix(out, "-- herald migration "+migs[len(migs)-1].Down) || !strings.Contains(out, "DROP TABLE") {
 			t.Fatalf("migrate print --down --db %s:\n%s", db, out)
 		}
 	}
