@@ -16,6 +16,21 @@
 // Herald's own creation both read. At start the outbox hook, the relay and the
 // inbox check that an existing table has what every migration makes, and fail
 // with ErrSchemaOutdated naming the migration to run.
+//
+// Writing a migration (the next number, in every database's set): one object
+// a statement, named as the default tables are and quoted, names of other
+// objects derived from them (outbox_messages_*): CREATE TABLE, CREATE INDEX,
+// ALTER TABLE ... ADD COLUMN (one column). Herald looks each up before it
+// makes it, so each is safe over tables that have it. A statement that follows
+// one of these (seed rows, a backfill) runs only when that one was made; a
+// data step on rows already there stands first, after a line
+// "-- herald:check <query>" whose query returns a row when the step's rows are
+// there (Migrate then skips it, and the start-up check requires it). Lines
+// starting "-- herald: " are statements only Herald runs (the tools read them
+// as comments), for what plain SQL cannot make conditional on a database.
+// Herald's own creation makes the new tables and indexes, and the new columns
+// of the tables it makes in the same call; it never alters a table that was
+// there before: the start-up check then names the migration.
 package migrations
 
 import (

@@ -159,7 +159,7 @@ const (
 // Migrate then works over what Herald created itself), and looked for at start
 // (CheckSchema).
 type Object struct {
-	File  string // the migration file, "0004_upgrade.up.sql"
+	File  string // the migration file, "0004_outbox_upgrade.up.sql"
 	Kind  Kind
 	SQL   string
 	After []string // statements that fill what SQL made (seed rows, backfills), run right after it
@@ -177,7 +177,7 @@ type Object struct {
 	Check string
 }
 
-// Migration names the migration an object comes from ("0004_upgrade").
+// Migration names the migration an object comes from ("0004_outbox_upgrade").
 func (o Object) Migration() string { return strings.TrimSuffix(o.File, ".up.sql") }
 
 var (
@@ -359,7 +359,7 @@ func CheckSchema(ctx context.Context, x Execer, objs []Object, exists Catalog) e
 		}
 		first = false
 		if !ok {
-			return fmt.Errorf("%w: %s is missing: run migration %s (migrations.Migrate, or herald migrate up)",
+			return fmt.Errorf("%w: %s is missing: run migration %s (migrations.Migrate applies it to the default tables)",
 				ErrSchemaOutdated, describe(o), o.Migration())
 		}
 	}

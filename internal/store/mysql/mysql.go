@@ -98,13 +98,7 @@ func exists(ctx context.Context, x store.Execer, n ident.Table, index bool, on i
 		q = `SELECT 1 FROM information_schema.statistics WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?`
 		args = []any{schema, string(on.Name), string(n.Name)}
 	}
-	rows, err := x.QueryContext(ctx, q, args...)
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = rows.Close() }()
-	found := rows.Next()
-	return found, rows.Err()
+	return store.Found(ctx, x, q, args...)
 }
 
 // ObjectExists reports whether what the migration statement o makes exists.

@@ -80,13 +80,7 @@ func exists(ctx context.Context, x store.Execer, n ident.Table) (bool, error) {
 	if n.Schema != "" {
 		master = n.Schema.Quoted() + ".sqlite_schema"
 	}
-	rows, err := x.QueryContext(ctx, `SELECT 1 FROM `+master+` WHERE name = ? AND type IN ('table', 'index')`, string(n.Name))
-	if err != nil {
-		return false, err
-	}
-	defer func() { _ = rows.Close() }()
-	found := rows.Next()
-	return found, rows.Err()
+	return store.Found(ctx, x, `SELECT 1 FROM `+master+` WHERE name = ? AND type IN ('table', 'index')`, string(n.Name))
 }
 
 // ObjectExists reports whether what the migration statement o makes exists.
