@@ -52,6 +52,12 @@ type Caps struct {
 	// AbortTx: a transaction can be put into a state in which its COMMIT rolls
 	// back (for transactions the write path cannot watch).
 	AbortTx bool
+	// FoundRows: an upsert counts a row it found and left alone as affected
+	// (MySQL under clientFoundRows, which Herald requires: ON DUPLICATE KEY
+	// UPDATE pk = pk reports 1 for an insert and for a row left alone), so
+	// the count of an upsert that updates nothing on conflict cannot tell
+	// whether it wrote its row.
+	FoundRows bool
 }
 
 // Driver is one database's implementation of everything Herald asks of it.
