@@ -85,6 +85,14 @@ type Driver interface {
 	Admin(t ident.Table) Admin
 	// Waker returns the cross-process wake-ups, or nil without Caps.Listen.
 	Waker() Waker
+	// LockingTx returns the options of the transactions Herald begins to lock
+	// outbox rows beyond a statement (the relay's claim, held across its
+	// publish, and its marks), for a pool whose sessions keep the server's
+	// default isolation: READ COMMITTED on MySQL, where REPEATABLE READ
+	// gap-locks the ranges a locking read walked and the application's
+	// INSERTs of new events would wait for the publish; nil (the pool's
+	// default) elsewhere.
+	LockingTx() *sql.TxOptions
 	// PermissionDenied reports whether err says the role may not do what it
 	// tried (create an index, say).
 	PermissionDenied(err error) bool
