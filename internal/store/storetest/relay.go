@@ -37,6 +37,7 @@ var relayTests = []namedTest{
 	{"HungBatchKeepsItsClaim", testRelayHungBatchKeepsItsClaim},
 	{"ClaimsOfADeadRelayComeBack", testRelayDeadRelayClaimsComeBack},
 	{"SlowBrokerKeepsSavesFast", testRelaySlowBrokerKeepsSavesFast},
+	{"ReleasedClaimsFoundDespiteSlowBroker", testRelayReleasedClaimsFoundDespiteSlowBroker},
 	{"OrderedTakeover", testRelayOrderedTakeover},
 	{"FailingPublisher", testRelayFailingPublisher},
 	{"UndecodableRows", testRelayUndecodableRows},
@@ -295,6 +296,68 @@ func testRelaySlowBrokerKeepsSavesFast(t *testing.T, dl testkit.Dialect) {
 			}
 		}
 	})
+}
+
+// Events a dead relay held come back within the sweep interval and a bounded
+// delay, however slow the broker: a sweep that itself publishes a slow batch
+// does not push the next sweep out by its publishing time (it did by 200
+// times that: minutes). On PostgreSQL the claims start past the rows others
+// held, and only the sweep finds them once released; the claims of MySQL start
+// at the head and find them at once, those of SQLite (which leases instead of
+// locking) when the lease ends.
+func testRelayReleasedClaimsFoundDespiteSlowBroker(t *testing.T, dl testkit.Dialect) {
+	e := newRelayEnv(t, dl)
+	ids := testkit.IDSet(e.write(6, 1))
+	drv, err := drivers.For(e.db)
+	must(t, err)
+	st := drv.Relay(ident.MustTable("outbox_messages"))
+	sqlDB, err := e.open().DB()
+	must(t, err)
+	ctx := context.Background()
+	const lease = 3 * time.Second
+	var (
+		claimed []store.Claimed
+		die     = func() {}
+	)
+	if drv.Caps().RowLocks {
+		tx, err := sqlDB.BeginTx(ctx, drv.LockingTx())
+		must(t, err)
+		claimed, err = st.ClaimLocked(ctx, tx, 2)
+		must(t, err)
+		die = func() { _ = tx.Rollback() } // what the server does when the connection drops
+		t.Cleanup(die)
+	} else {
+		claimed, err = st.ClaimLeased(ctx, sqlDB, 2, lease)
+		must(t, err)
+	}
+	if len(claimed) != 2 {
+		t.Fatalf("claimed %d events, want 2", len(claimed))
+	}
+	const slow = 1500 * time.Millisecond
+	gc := testkit.NewGoChannel()
+	got := testkit.Consume(t, gc, depositedTopic)
+	pub := testkit.PublisherFunc(func(topic string, msgs ...*message.Message) error {
+		time.Sleep(slow)
+		return gc.Publish(topic, msgs...)
+	})
+	const sweep = 200 * time.Millisecond
+	// One event per batch: the sweep's first claim, within its first
+	// interval, finds one the claims have not taken, and publishes it slowly.
+	e.run(e.relay(nil, pub, relay.Config{BatchSize: 1, Workers: 1, PollInterval: 20 * time.Millisecond,
+		SweepInterval: sweep, PublishTimeout: 4 * slow}))
+	eventually(t, 30*time.Second, "the 4 unclaimed events", func() bool { return got.Distinct() == 4 })
+	die()
+	released := time.Now()
+	// Found within a sweep interval, plus a sweep's slow batch in flight,
+	// plus their own publish (and on SQLite what is left of the lease):
+	// a generous bound is 10 s.
+	eventually(t, 10*time.Second, "the released events", func() bool { return got.HasAll(ids) })
+	t.Logf("released events published %v after their release", time.Since(released).Round(time.Millisecond))
+	for id := range ids {
+		if n := got.Count(id); n != 1 {
+			t.Fatalf("event %s delivered %d times", id, n)
+		}
+	}
 }
 
 // leaseCounts counts the ordering partitions each relay instance holds.
