@@ -769,7 +769,7 @@ func testPartialMultiRowDelete(t *testing.T, dl testkit.Dialect) {
 // or updated: its events are written, on every database.
 func testUpsertWritesOnlyWrittenRows(t *testing.T, dl testkit.Dialect) {
 	db := setup(t, dl, outboxhook.Config{}, nil)
-	ambiguous := db.Dialector.Name() == "mysql"
+	foundRows := db.Dialector.Name() == "mysql" // counts a row left alone as affected
 	doNothing := clause.OnConflict{DoNothing: true}
 	existing := NewOrder()
 	must(t, db.Create(existing).Error)
@@ -787,7 +787,7 @@ func testUpsertWritesOnlyWrittenRows(t *testing.T, dl testkit.Dialect) {
 	}
 	nothingWritten := func(err error, target error) {
 		t.Helper()
-		if ambiguous {
+		if foundRows {
 			target = outboxhook.ErrAmbiguousUpsert
 		}
 		if target == nil {
@@ -809,7 +809,7 @@ func testUpsertWritesOnlyWrittenRows(t *testing.T, dl testkit.Dialect) {
 	// DO NOTHING of a new row: written, with its events (refused on MySQL).
 	fresh := NewOrder()
 	err := db.Clauses(doNothing).Create(fresh).Error
-	if ambiguous {
+	if foundRows {
 		wantErrIs(t, err, outboxhook.ErrAmbiguousUpsert)
 		wantPending(t, fresh, 1)
 		if count(t, db, "orders") != 1 {
@@ -858,13 +858,32 @@ func testUpsertWritesOnlyWrittenRows(t *testing.T, dl testkit.Dialect) {
 	same.Record(OrderPaid{OrderID: same.ID, Amount: 5})
 	must(t, db.Clauses(setStatus).Create(same).Error)
 	want("order.paid")
+	// A DoUpdates whose condition fails leaves the row alone where the
+	// database renders the condition (PostgreSQL, SQLite: the count is 0,
+	// the events stay pending); MySQL's dialector has no condition and
+	// updates the row.
+	cond := setStatus
+	cond.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "orders.status = ?", Vars: []any{"no such status"}}}}
+	skipped := &Order{ID: existing.ID, Status: "skipped"}
+	skipped.Record(OrderPaid{OrderID: skipped.ID, Amount: 6})
+	must(t, db.Clauses(cond).Create(skipped).Error)
+	if foundRows {
+		want("order.paid")
+		wantNoPending(t, skipped)
+	} else {
+		want()
+		wantPending(t, skipped, 1)
+		if s := status(existing.ID); s != "shipped" {
+			t.Fatalf("status = %q after a DoUpdates whose condition failed", s)
+		}
+	}
 	n1, n2 := NewOrder(), NewOrder()
 	must(t, db.Clauses(clause.OnConflict{UpdateAll: true}).Create(n1).Error)
 	must(t, db.Clauses(setStatus).Create(n2).Error)
 	want("order.placed", "order.placed")
 	// Several rows, some existing, some new: every row is written.
 	both := &Order{ID: existing.ID, Status: "both"}
-	both.Record(OrderPaid{OrderID: both.ID, Amount: 6})
+	both.Record(OrderPaid{OrderID: both.ID, Amount: 7})
 	n3 := NewOrder()
 	must(t, db.Clauses(clause.OnConflict{UpdateAll: true}).Create(&[]*Order{both, n3}).Error)
 	want("order.paid", "order.placed")
