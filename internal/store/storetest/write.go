@@ -888,6 +888,17 @@ func testUpsertWritesOnlyWrittenRows(t *testing.T, dl testkit.Dialect) {
 	must(t, db.Clauses(clause.OnConflict{UpdateAll: true}).Create(&[]*Order{both, n3}).Error)
 	want("order.paid", "order.placed")
 	wantNoPending(t, both, n3)
+
+	// An event a hook records in the statement, after the check before the
+	// write: the same (on MySQL the statement has run: it is rolled back).
+	must(t, db.AutoMigrate(&HookRecorder{}))
+	h := &HookRecorder{}
+	must(t, db.Create(h).Error)
+	want("doc.changed")
+	hd := &HookRecorder{ID: h.ID}
+	nothingWritten(db.Clauses(doNothing).Create(hd).Error, nil)
+	want()
+	wantPending(t, hd, 1)
 }
 
 // 10. CreateInBatches: the events are forgotten when its transaction commits,
