@@ -5,6 +5,7 @@ import (
 	"reflect"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/events"
@@ -24,6 +25,7 @@ type chainState struct {
 	roots   []rootRef       // the aggregates in the statement's Model and Dest
 	encoded map[*recorded.Entry]encodedEvent
 	ownTx   bool              // prepare opened the transaction (SkipDefaultTransaction)
+	blind   bool              // an upsert whose count cannot tell whether it wrote its row
 	written []*recorded.Entry // written in ownTx when it is not a txn: marked at its commit
 }
 
@@ -80,11 +82,17 @@ func (p *Plugin) prepare(o op) func(db *gorm.DB) {
 		for _, r := range roots {
 			pending += len(r.list.Pending())
 		}
+		blind := o.name == opCreate.name && p.caps.FoundRows && updatesNothingOnConflict(db.Statement)
+		if blind && pending > 0 {
+			db.AddError(fmt.Errorf("%w (%d pending events): create without the ON CONFLICT clause, or upsert with UpdateAll or DoUpdates",
+				ErrAmbiguousUpsert, pending))
+			return
+		}
 		hooks := !db.Statement.SkipHooks && db.Statement.Schema != nil && o.hooks(db.Statement.Schema)
 		if pending == 0 && !hooks {
 			return
 		}
-		st := &chainState{stmt: db.Statement, roots: roots}
+		st := &chainState{stmt: db.Statement, roots: roots, blind: blind}
 		db.Statement.Settings.Store(stateKey{}, st)
 		if !inTransaction(db) {
 			p.adopt(db)
@@ -183,6 +191,10 @@ func (p *Plugin) write(db *gorm.DB) {
 	if len(written) == 0 {
 		return
 	}
+	if st.blind { // events recorded by a hook, after prepare
+		p.fail(db, fmt.Errorf("%w (%d events recorded by a hook)", ErrAmbiguousUpsert, len(written)))
+		return
+	}
 	if len(st.roots) > 1 && db.Statement.RowsAffected < int64(len(st.roots)) {
 		// Some rows of a multi-row statement were not written (a DELETE of rows
 		// already gone, an insert that skipped conflicting rows), and nothing
@@ -274,6 +286,20 @@ func (p *Plugin) abort(db *gorm.DB, err error) {
 	if inTransaction(db) {
 		p.out.Abort(db.Statement.Context, db.Statement.ConnPool)
 	}
+}
+
+// updatesNothingOnConflict reports whether the statement has an ON CONFLICT
+// clause that leaves a conflicting row alone: DoNothing, or neither DoUpdates
+// nor UpdateAll (which MySQL's dialector renders as ON DUPLICATE KEY UPDATE
+// pk = pk). Read before the statement is built: building it there rewrites
+// the clause into that assignment.
+func updatesNothingOnConflict(st *gorm.Statement) bool {
+	c, ok := st.Clauses["ON CONFLICT"]
+	if !ok {
+		return false
+	}
+	oc, ok := c.Expression.(clause.OnConflict)
+	return ok && !oc.UpdateAll && len(oc.DoUpdates) == 0
 }
 
 func inTransaction(db *gorm.DB) bool {

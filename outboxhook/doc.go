@@ -13,6 +13,13 @@
 // SkipDefaultTransaction the plugin opens a transaction itself for a statement
 // that may write events.
 //
+// Events are written for the rows a statement wrote, as the database counts
+// them: a Save's UPDATE that found no row leaves them to its INSERT, and an
+// upsert that left an existing row alone (clause.OnConflict{DoNothing: true})
+// keeps them pending. MySQL counts such a row as affected (clientFoundRows),
+// so there that upsert fails with [ErrAmbiguousUpsert] before anything is
+// written; UpdateAll and DoUpdates write the row, and its events, everywhere.
+//
 // The plugin wraps the *gorm.DB's connection pool, so it sees every
 // transaction begun through it end (GORM's own, db.Transaction, db.Begin,
 // CreateInBatches) and its savepoints roll back: an aggregate forgets its

@@ -26,6 +26,18 @@ var (
 	// gone, an insert that skipped existing rows): which rows were written is
 	// unknown, so no event is written and the save fails. Save them one by one.
 	ErrPartialWrite = errors.New("outboxhook: a multi-row write wrote only some of its rows")
+	// ErrAmbiguousUpsert is returned, before anything is written, for a Create
+	// of aggregates with pending events with an ON CONFLICT clause that updates
+	// nothing (clause.OnConflict{DoNothing: true}, or no DoUpdates and no
+	// UpdateAll) on MySQL and MariaDB: GORM renders it as ON DUPLICATE KEY
+	// UPDATE pk = pk, whose affected count under clientFoundRows (which Herald
+	// requires) is 1 whether the row was inserted or left alone, so nothing
+	// tells whether the events belong to a write. Create without the clause
+	// and handle the duplicate key error, or upsert with UpdateAll or
+	// DoUpdates (which write the row, and so its events). PostgreSQL and
+	// SQLite count a row left alone as not affected: there the events of a DO
+	// NOTHING that wrote nothing stay pending.
+	ErrAmbiguousUpsert = errors.New("outboxhook: an upsert that does nothing on conflict cannot tell on MySQL whether it wrote its row")
 	// ErrDuplicateID is returned by [AddMessages] for messages whose ids collide
 	// with each other or with an event already in the outbox.
 	ErrDuplicateID = errors.New("outboxhook: message id already used")

@@ -21,6 +21,7 @@ type Plugin struct {
 	cfg   Config
 	table ident.Table
 	out   store.Outbox // the outbox table in the database's implementation
+	caps  store.Caps   // what the database can do
 
 	raw     gorm.ConnPool // the pool wrapped at db.Use
 	wrapped *pool         // its wrapper
@@ -65,6 +66,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		return fmt.Errorf("outboxhook: %w", err)
 	}
 	p.out = drv.Outbox(p.table)
+	p.caps = drv.Caps()
 	if !p.cfg.DisableAutoCreate {
 		if err := p.ensureTable(context.Background(), db); err != nil {
 			return err

@@ -101,8 +101,11 @@ type Config struct {
 	// a long transaction (unordered mode: it claims a batch from the head;
 	// ordered mode: it looks for due events below the positions of its
 	// partitions and lowers them). A sweep walks the dead entries the claims
-	// skip, so the next waits at least 200 times as long as the last took:
-	// sweeping takes at most 0.5% of the time.
+	// skip, so the next waits at least 200 times as long as the last one's
+	// scan took: sweeping takes at most 0.5% of the database's time.
+	// Publishing what a sweep found does not count: the next sweep starts at
+	// most max(SweepInterval, 200 × the last scan) after the last one ended,
+	// however slow the broker.
 	// Defaults to 1s.
 	SweepInterval time.Duration
 	// DropPartitions (PostgreSQL) enforces Retention by dropping whole

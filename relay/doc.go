@@ -41,8 +41,11 @@
 //
 // Unordered (the default) claims with FOR UPDATE SKIP LOCKED in a transaction
 // held while the batch publishes, so any number of instances share the work and
-// an instance that dies releases its rows at once. It is the fastest mode; events
-// of one aggregate may reach the broker in any order.
+// an instance that dies releases its rows at once (SQLite, which has no row
+// locks, leases the rows instead). It is the fastest mode; events of one
+// aggregate may reach the broker in any order. On MySQL that transaction runs
+// at READ COMMITTED, whatever the session's default: at REPEATABLE READ its
+// gap locks would make the application's saves wait for the publish.
 //
 // Ordered (Config.Ordered) keeps each aggregate's events in commit order whatever
 // the number of instances: aggregates are hashed into Partitions, and each

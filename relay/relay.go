@@ -400,7 +400,7 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 	if !r.drv.Caps().RowLocks {
 		return r.cycleLeased(bctx, startBy)
 	}
-	tx, err := r.db.BeginTx(bctx, nil)
+	tx, err := r.db.BeginTx(bctx, r.drv.LockingTx())
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}
@@ -439,7 +439,7 @@ func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 	}
 	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
-	tx, err := r.db.BeginTx(bctx, nil)
+	tx, err := r.db.BeginTx(bctx, r.drv.LockingTx())
 	if err != nil {
 		return len(rows), fmt.Errorf("begin marks: %w", err)
 	}

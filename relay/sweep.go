@@ -7,17 +7,22 @@ import (
 	"github.com/heraldgo/herald/internal/store"
 )
 
-// sweepDuty bounds the time the sweep may take: after a sweep that took d,
-// the next waits at least sweepDuty·d (and SweepInterval), so that however
-// many dead rows a long transaction keeps, sweeping costs at most 0.5% of the
-// time.
+// sweepDuty bounds the database time the sweep may take: after a sweep whose
+// head scan (its claim, or its probe) took d, the next waits at least
+// sweepDuty·d (and SweepInterval), so that however many dead rows a long
+// transaction keeps, sweeping costs at most 0.5% of the time. Publishing the
+// batch a sweep found does not count: a slow broker would push the next sweep
+// out by 200 times its publish, and events released by a dead instance would
+// wait minutes.
 const sweepDuty = 200
 
 // sweeper sweeps every SweepInterval while Run runs (see
 // Config.SweepInterval), in a cycle of its own beside the claims of loop: in
 // unordered mode it claims a batch from the head of the outbox's index and
 // publishes it; in ordered mode it looks for due events below the owned
-// partitions' positions and lowers them there, for the next claim.
+// partitions' positions and lowers them there, for the next claim. The next
+// sweep starts between half and all of max(SweepInterval, sweepDuty × the
+// last head scan) after the last sweep ended.
 func (r *Relay) sweeper(ctx context.Context) {
 	p, ok := r.st.(positioned)
 	if !ok {
@@ -27,9 +32,8 @@ func (r *Relay) sweeper(ctx context.Context) {
 	lim := newLimiter(30 * time.Second)
 	wait := r.cfg.SweepInterval
 	for sleep(ctx, jitter(wait)) {
-		start := time.Now()
-		err := r.sweep(ctx, p, sw)
-		wait = max(r.cfg.SweepInterval, sweepDuty*time.Since(start))
+		scan, err := r.sweep(ctx, p, sw)
+		wait = max(r.cfg.SweepInterval, sweepDuty*scan)
 		if err != nil && ctx.Err() == nil {
 			r.rewind()
 			if lim.allow() {
@@ -39,10 +43,12 @@ func (r *Relay) sweeper(ctx context.Context) {
 	}
 }
 
-func (r *Relay) sweep(ctx context.Context, p positioned, sw store.Relay) error {
+// sweep sweeps once and returns how long its head scan took.
+func (r *Relay) sweep(ctx context.Context, p positioned, sw store.Relay) (time.Duration, error) {
 	if r.leases == nil {
-		_, err := r.cycleUnorderedOn(ctx, sw)
-		return err
+		tc := &timedClaims{Relay: sw}
+		_, err := r.cycleUnorderedOn(ctx, tc)
+		return tc.took, err
 	}
 	l := r.leases
 	l.mu.RLock()
@@ -52,16 +58,30 @@ func (r *Relay) sweep(ctx context.Context, p positioned, sw store.Relay) error {
 	}
 	l.mu.RUnlock()
 	if len(owned) == 0 {
-		return nil
+		return 0, nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
+	start := time.Now()
 	n, err := p.Probe(pctx, r.db, r.cfg.Partitions, owned)
+	took := time.Since(start)
 	if err != nil {
-		return err
+		return took, err
 	}
 	if n > 0 {
 		r.Wake()
 	}
-	return nil
+	return took, nil
+}
+
+// timedClaims is a store whose locked claims add the time they took to took.
+type timedClaims struct {
+	store.Relay
+	took time.Duration
+}
+
+func (c *timedClaims) ClaimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Claimed, error) {
+	start := time.Now()
+	defer func() { c.took += time.Since(start) }()
+	return c.Relay.ClaimLocked(ctx, tx, limit)
 }

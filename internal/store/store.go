@@ -52,6 +52,12 @@ type Caps struct {
 	// AbortTx: a transaction can be put into a state in which its COMMIT rolls
 	// back (for transactions the write path cannot watch).
 	AbortTx bool
+	// FoundRows: an upsert counts a row it found and left alone as affected
+	// (MySQL under clientFoundRows, which Herald requires: ON DUPLICATE KEY
+	// UPDATE pk = pk reports 1 for an insert and for a row left alone), so
+	// the count of an upsert that updates nothing on conflict cannot tell
+	// whether it wrote its row.
+	FoundRows bool
 }
 
 // Driver is one database's implementation of everything Herald asks of it.
@@ -83,6 +89,14 @@ type Driver interface {
 	// exists (its table, index or column), or for a step whether its check
 	// returns a row.
 	ObjectExists(ctx context.Context, x Execer, o Object) (bool, error)
+	// LockingTx returns the options of the transactions Herald begins to lock
+	// outbox rows beyond a statement (the relay's claim, held across its
+	// publish, and its marks), for a pool whose sessions keep the server's
+	// default isolation: READ COMMITTED on MySQL, where REPEATABLE READ
+	// gap-locks the ranges a locking read walked and the application's
+	// INSERTs of new events would wait for the publish; nil (the pool's
+	// default) elsewhere.
+	LockingTx() *sql.TxOptions
 	// PermissionDenied reports whether err says the role may not do what it
 	// tried (create an index, say).
 	PermissionDenied(err error) bool

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"strings"
 	"time"
 
@@ -12,12 +11,6 @@ import (
 
 // Admin returns the operations the people on call run on the outbox table t.
 func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
-
-// readCommitted is the isolation of the admin's writes: in READ COMMITTED
-// InnoDB takes no gap locks (a writer's insert never waits for a requeue) and
-// an UPDATE passes over rows other transactions locked that it does not
-// change (the rows relays claimed) instead of waiting for them.
-var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 
 type admin struct {
 	t   ident.Table

@@ -50,8 +50,23 @@ var _ store.Driver = Driver{}
 // Name returns "mysql".
 func (Driver) Name() string { return "mysql" }
 
-// Caps: FOR UPDATE SKIP LOCKED; no LISTEN/NOTIFY, no aborting a transaction.
-func (Driver) Caps() store.Caps { return store.Caps{RowLocks: true} }
+// Caps: FOR UPDATE SKIP LOCKED; found rows counted as affected
+// (clientFoundRows); no LISTEN/NOTIFY, no aborting a transaction.
+func (Driver) Caps() store.Caps { return store.Caps{RowLocks: true, FoundRows: true} }
+
+// readCommitted is the isolation of every transaction Herald begins on MySQL
+// that locks rows (the relay's claims and marks, lease acquisition, cleanup,
+// the admin's writes), whatever the session's default: in READ COMMITTED
+// InnoDB takes no gap locks, so an application's INSERT of new events never
+// waits for a claim held across a publish, a cleanup or a requeue; and an
+// UPDATE passes over rows other transactions locked that it does not change
+// (the rows relays claimed) instead of waiting for them. go-sql-driver runs
+// SET TRANSACTION ISOLATION LEVEL before the transaction's BEGIN: it holds
+// for that transaction alone.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+// LockingTx returns READ COMMITTED (see readCommitted).
+func (Driver) LockingTx() *sql.TxOptions { return &sql.TxOptions{Isolation: readCommitted.Isolation} }
 
 // Quote quotes t with backticks.
 func (Driver) Quote(t ident.Table) string { return Quote(t) }
@@ -313,10 +328,22 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 	return true, nil
 }
 
-// Cleanup deletes a batch (DELETE ... LIMIT); concurrent cleaners take turns on
+// Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock
+// for the inbox's inserts to wait on; concurrent cleaners take turns on
 // InnoDB's row locks.
 func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	return store.Affected(ctx, db, in.cleanupQ, olderThan.Microseconds(), limit)
+	return cleanup(ctx, db, in.cleanupQ, olderThan, limit)
+}
+
+// cleanup runs a cleanup DELETE in a READ COMMITTED transaction of its own and
+// returns how many rows it deleted.
+func cleanup(ctx context.Context, db *sql.DB, q string, olderThan time.Duration, limit int) (int64, error) {
+	var n int64
+	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) (err error) {
+		n, err = store.Affected(ctx, tx, q, olderThan.Microseconds(), limit)
+		return err
+	})
+	return n, err
 }
 
 // PermissionDenied reports whether err is MySQL's "command denied" (1142) or

@@ -248,10 +248,11 @@ func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
 	return store.Affected(ctx, x, r.q.requeueAll)
 }
 
-// Cleanup deletes a batch (DELETE ... LIMIT); concurrent cleaners take turns on
-// InnoDB's row locks.
+// Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock
+// on the processed index for new events to wait on; concurrent cleaners take
+// turns on InnoDB's row locks.
 func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	return store.Affected(ctx, db, r.q.cleanup, olderThan.Microseconds(), limit)
+	return cleanup(ctx, db, r.q.cleanup, olderThan, limit)
 }
 
 func (r *relay) Leases() store.Leases { return r.leases }
@@ -306,10 +307,10 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 }
 
 // Acquire locks expired partitions (skipping those another instance is
-// taking) and takes them, in one transaction (no RETURNING, and no UPDATE with
-// a subquery on the table it updates).
+// taking) and takes them, in one READ COMMITTED transaction (no RETURNING, and
+// no UPDATE with a subquery on the table it updates).
 func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]int, error) {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
 	}

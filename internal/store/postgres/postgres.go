@@ -60,6 +60,10 @@ var _ store.Driver = Driver{}
 // Name returns "postgres".
 func (Driver) Name() string { return "postgres" }
 
+// LockingTx returns nil: PostgreSQL's default, READ COMMITTED, takes no
+// range locks.
+func (Driver) LockingTx() *sql.TxOptions { return nil }
+
 // Caps: LISTEN/NOTIFY, FOR UPDATE SKIP LOCKED, and aborting a transaction.
 func (Driver) Caps() store.Caps { return store.Caps{Listen: true, RowLocks: true, AbortTx: true} }
 

@@ -49,6 +49,10 @@ func (Driver) Name() string { return "sqlite" }
 // Caps: none of LISTEN/NOTIFY, row locks, or aborting a transaction.
 func (Driver) Caps() store.Caps { return store.Caps{} }
 
+// LockingTx returns nil: SQLite has one writer at a time and no row locks;
+// its claims lease rows in a statement of their own.
+func (Driver) LockingTx() *sql.TxOptions { return nil }
+
 // Quote quotes t with double quotes (the schema is an attached database).
 func (Driver) Quote(t ident.Table) string { return t.Quoted() }
 

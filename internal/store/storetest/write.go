@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
@@ -52,6 +53,7 @@ var writeTests = []namedTest{
 	{"AggregateByValue", testAggregateByValue},
 	{"IdentifiedEmptyID", testIdentifiedEmptyID},
 	{"PartialMultiRowDelete", testPartialMultiRowDelete},
+	{"UpsertWritesOnlyWrittenRows", testUpsertWritesOnlyWrittenRows},
 	{"CreateInBatchesForgetsAtCommit", testCreateInBatchesForgetsAtCommit},
 	{"AggregateWritersSerialized", testAggregateWritersSerialized},
 	{"ReusedResultHandle", testReusedResultHandle},
@@ -753,6 +755,150 @@ func testPartialMultiRowDelete(t *testing.T, dl testkit.Dialect) {
 	d.Record(DocEvent{})
 	must(t, db.Delete(&[]*Order{c, d}).Error)
 	wantTypes(t, db, "order.placed", "order.placed", "doc.changed", "order.placed", "order.placed", "doc.changed", "doc.changed")
+}
+
+// 9b. An upsert writes the events of the rows it wrote, and only those, in
+// every form. DO NOTHING on an existing row writes no row and no event, and
+// the events stay pending (PostgreSQL and SQLite count the row as not
+// affected); over several rows of which only some were written it fails with
+// ErrPartialWrite. MySQL renders DO NOTHING as ON DUPLICATE KEY UPDATE pk = pk
+// and, with clientFoundRows (which Herald requires), counts the row it left
+// alone as affected: nothing tells a write from no write, so there such an
+// upsert of aggregates with pending events fails with ErrAmbiguousUpsert
+// before anything is written. UpdateAll and DoUpdates write the row, inserted
+// or updated: its events are written, on every database.
+func testUpsertWritesOnlyWrittenRows(t *testing.T, dl testkit.Dialect) {
+	db := setup(t, dl, outboxhook.Config{}, nil)
+	foundRows := db.Dialector.Name() == "mysql" // counts a row left alone as affected
+	doNothing := clause.OnConflict{DoNothing: true}
+	existing := NewOrder()
+	must(t, db.Create(existing).Error)
+	placed := []string{"order.placed"}
+	want := func(more ...string) {
+		t.Helper()
+		placed = append(placed, more...)
+		wantTypes(t, db, placed...)
+	}
+	status := func(id uuid.UUID) string {
+		t.Helper()
+		var s string
+		must(t, db.Session(&gorm.Session{NewDB: true}).Raw(`SELECT status FROM orders WHERE id = ?`, id).Scan(&s).Error)
+		return s
+	}
+	nothingWritten := func(err error, target error) {
+		t.Helper()
+		if foundRows {
+			target = outboxhook.ErrAmbiguousUpsert
+		}
+		if target == nil {
+			must(t, err)
+		} else {
+			wantErrIs(t, err, target)
+		}
+	}
+
+	// DO NOTHING on an existing row: no row written, no event.
+	dup := &Order{ID: existing.ID, Status: "dup"}
+	dup.Record(OrderPaid{OrderID: dup.ID, Amount: 1})
+	nothingWritten(db.Clauses(doNothing).Create(dup).Error, nil)
+	want()
+	wantPending(t, dup, 1)
+	if s := status(existing.ID); s != "new" {
+		t.Fatalf("status = %q after DO NOTHING", s)
+	}
+	// DO NOTHING of a new row: written, with its events (refused on MySQL).
+	fresh := NewOrder()
+	err := db.Clauses(doNothing).Create(fresh).Error
+	if foundRows {
+		wantErrIs(t, err, outboxhook.ErrAmbiguousUpsert)
+		wantPending(t, fresh, 1)
+		if count(t, db, "orders") != 1 {
+			t.Fatal("the refused upsert wrote its row")
+		}
+	} else {
+		must(t, err)
+		want("order.placed")
+		wantNoPending(t, fresh)
+	}
+	// Over two rows of which one exists: which one was written is unknown.
+	again := &Order{ID: existing.ID, Status: "again"}
+	again.Record(OrderPaid{OrderID: existing.ID, Amount: 2})
+	other := NewOrder()
+	before := count(t, db, "orders")
+	nothingWritten(db.Clauses(doNothing).Create(&[]*Order{again, other}).Error, outboxhook.ErrPartialWrite)
+	want()
+	wantPending(t, other, 1)
+	if n := count(t, db, "orders"); n != before || status(existing.ID) != "new" {
+		t.Fatalf("%d orders, status %q after a failed DO NOTHING", n, status(existing.ID))
+	}
+	// DO NOTHING without pending events is nobody's business.
+	quiet := &Order{ID: existing.ID, Status: "quiet"}
+	must(t, db.Clauses(doNothing).Create(quiet).Error)
+	want()
+
+	// UpdateAll and DoUpdates write the row, existing or new: its events too.
+	up := &Order{ID: existing.ID, Status: "updated"}
+	up.Record(OrderPaid{OrderID: up.ID, Amount: 3})
+	must(t, db.Clauses(clause.OnConflict{UpdateAll: true}).Create(up).Error)
+	want("order.paid")
+	wantNoPending(t, up)
+	if s := status(existing.ID); s != "updated" {
+		t.Fatalf("status = %q after UpdateAll", s)
+	}
+	setStatus := clause.OnConflict{Columns: []clause.Column{{Name: "id"}}, DoUpdates: clause.AssignmentColumns([]string{"status"})}
+	du := &Order{ID: existing.ID, Status: "shipped"}
+	du.Record(OrderPaid{OrderID: du.ID, Amount: 4})
+	must(t, db.Clauses(setStatus).Create(du).Error)
+	want("order.paid")
+	if s := status(existing.ID); s != "shipped" {
+		t.Fatalf("status = %q after DoUpdates", s)
+	}
+	// The same values again: the row is written (unchanged), as by Save.
+	same := &Order{ID: existing.ID, Status: "shipped"}
+	same.Record(OrderPaid{OrderID: same.ID, Amount: 5})
+	must(t, db.Clauses(setStatus).Create(same).Error)
+	want("order.paid")
+	// A DoUpdates whose condition fails leaves the row alone where the
+	// database renders the condition (PostgreSQL, SQLite: the count is 0,
+	// the events stay pending); MySQL's dialector has no condition and
+	// updates the row.
+	cond := setStatus
+	cond.Where = clause.Where{Exprs: []clause.Expression{clause.Expr{SQL: "orders.status = ?", Vars: []any{"no such status"}}}}
+	skipped := &Order{ID: existing.ID, Status: "skipped"}
+	skipped.Record(OrderPaid{OrderID: skipped.ID, Amount: 6})
+	must(t, db.Clauses(cond).Create(skipped).Error)
+	if foundRows {
+		want("order.paid")
+		wantNoPending(t, skipped)
+	} else {
+		want()
+		wantPending(t, skipped, 1)
+		if s := status(existing.ID); s != "shipped" {
+			t.Fatalf("status = %q after a DoUpdates whose condition failed", s)
+		}
+	}
+	n1, n2 := NewOrder(), NewOrder()
+	must(t, db.Clauses(clause.OnConflict{UpdateAll: true}).Create(n1).Error)
+	must(t, db.Clauses(setStatus).Create(n2).Error)
+	want("order.placed", "order.placed")
+	// Several rows, some existing, some new: every row is written.
+	both := &Order{ID: existing.ID, Status: "both"}
+	both.Record(OrderPaid{OrderID: both.ID, Amount: 7})
+	n3 := NewOrder()
+	must(t, db.Clauses(clause.OnConflict{UpdateAll: true}).Create(&[]*Order{both, n3}).Error)
+	want("order.paid", "order.placed")
+	wantNoPending(t, both, n3)
+
+	// An event a hook records in the statement, after the check before the
+	// write: the same (on MySQL the statement has run: it is rolled back).
+	must(t, db.AutoMigrate(&HookRecorder{}))
+	h := &HookRecorder{}
+	must(t, db.Create(h).Error)
+	want("doc.changed")
+	hd := &HookRecorder{ID: h.ID}
+	nothingWritten(db.Clauses(doNothing).Create(hd).Error, nil)
+	want()
+	wantPending(t, hd, 1)
 }
 
 // 10. CreateInBatches: the events are forgotten when its transaction commits,
