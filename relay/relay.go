@@ -67,6 +67,12 @@ type positioned interface {
 	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, partitions int, instance string) (int64, error)
 }
 
+// txOptions are the options of the relay's claiming and requeueing
+// transactions: the database's isolation for them (store.Caps.Isolation).
+func (r *Relay) txOptions() *sql.TxOptions {
+	return &sql.TxOptions{Isolation: r.drv.Caps().Isolation}
+}
+
 // rewind makes the next claims start at the head, if the store keeps a
 // position.
 func (r *Relay) rewind() {
@@ -370,7 +376,7 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 	if !r.drv.Caps().RowLocks {
 		return r.cycleLeased(bctx, startBy)
 	}
-	tx, err := r.db.BeginTx(bctx, nil)
+	tx, err := r.db.BeginTx(bctx, r.txOptions())
 	if err != nil {
 		return 0, fmt.Errorf("begin: %w", err)
 	}

@@ -17,7 +17,7 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 // InnoDB takes no gap locks (a writer's insert never waits for a requeue) and
 // an UPDATE passes over rows other transactions locked that it does not
 // change (the rows relays claimed) instead of waiting for them.
-var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+var readCommitted = &sql.TxOptions{Isolation: Driver{}.Caps().Isolation}
 
 type admin struct {
 	t   ident.Table
@@ -42,11 +42,14 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	// The writes find their rows first, by a read that locks nothing, then
 	// change them by the primary key (as the relay's Requeue does): through a
 	// secondary index an UPDATE locks index entries a relay's mark may wait
-	// for while it waits for the relay's rows.
+	// for while it waits for the relay's rows. The statement that changes a
+	// row checks again that it is in the state the pick saw (dead; for a
+	// purge, dead for that long): a requeue (and a new death) committed
+	// after the pick leaves the row alone.
 	a.q.deadOfType = rep.Replace(`SELECT seq FROM {t} WHERE dead_at IS NOT NULL AND type = ? ORDER BY seq`)
 	a.q.deadBefore = rep.Replace(`SELECT seq FROM {t} WHERE dead_at < {now} - INTERVAL ? MICROSECOND ORDER BY dead_at, seq LIMIT ?`)
 	a.q.requeueSeqs = rep.Replace(`UPDATE {t} SET {set} WHERE seq IN ({seqs}) AND dead_at IS NOT NULL`)
-	a.q.purgeSeqs = rep.Replace(`DELETE FROM {t} WHERE seq IN ({seqs}) AND dead_at IS NOT NULL`)
+	a.q.purgeSeqs = rep.Replace(`DELETE FROM {t} WHERE seq IN ({seqs}) AND dead_at < {now} - INTERVAL ? MICROSECOND`)
 	return a
 }
 
@@ -118,20 +121,20 @@ func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Durat
 		if err != nil {
 			return err
 		}
-		n, err = a.bySeqs(ctx, tx, a.q.purgeSeqs, seqs)
+		n, err = a.bySeqs(ctx, tx, a.q.purgeSeqs, seqs, olderThan.Microseconds())
 		return err
 	})
 	return n, err
 }
 
-// bySeqs runs q on the rows seqs, a thousand at a time, and returns the rows
-// it changed.
-func (a *admin) bySeqs(ctx context.Context, x store.Execer, q string, seqs []int64) (int64, error) {
+// bySeqs runs q on the rows seqs, a thousand at a time, with the arguments
+// more after the seqs, and returns the rows it changed.
+func (a *admin) bySeqs(ctx context.Context, x store.Execer, q string, seqs []int64, more ...any) (int64, error) {
 	var total int64
 	for len(seqs) > 0 {
 		chunk := seqs[:min(len(seqs), 1000)]
 		seqs = seqs[len(chunk):]
-		n, err := store.Affected(ctx, x, strings.Replace(q, "{seqs}", placeholders(len(chunk)), 1), anys(chunk)...)
+		n, err := store.Affected(ctx, x, strings.Replace(q, "{seqs}", placeholders(len(chunk)), 1), append(anys(chunk), more...)...)
 		if err != nil {
 			return total, err
 		}

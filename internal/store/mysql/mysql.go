@@ -50,8 +50,9 @@ var _ store.Driver = Driver{}
 // Name returns "mysql".
 func (Driver) Name() string { return "mysql" }
 
-// Caps: FOR UPDATE SKIP LOCKED; no LISTEN/NOTIFY, no aborting a transaction.
-func (Driver) Caps() store.Caps { return store.Caps{RowLocks: true} }
+// Caps: FOR UPDATE SKIP LOCKED, claims at READ COMMITTED; no LISTEN/NOTIFY,
+// no aborting a transaction.
+func (Driver) Caps() store.Caps { return store.Caps{RowLocks: true, Isolation: sql.LevelReadCommitted} }
 
 // Quote quotes t with backticks.
 func (Driver) Quote(t ident.Table) string { return Quote(t) }

@@ -86,8 +86,10 @@ FROM {t} WHERE {pending}`)
 	q.dead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT ?`)
 	// By the primary key, found first by a read that locks nothing: by the id
 	// key the UPDATE locks the id's entry, then waits for the row a relay's
-	// claim locked, whose mark then waits for that entry (a deadlock).
-	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ?`)
+	// claim locked, whose mark then waits for that entry (a deadlock). Only a
+	// dead row is found: an UPDATE by the primary key waits for a pending row
+	// a relay holds claimed even where it would not change it.
+	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ? AND dead_at IS NOT NULL`)
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE seq = ? AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}

@@ -33,6 +33,7 @@ func Run(t *testing.T, d testkit.Dialect) {
 		{"write", writeTests},
 		{"inbox", inboxTests},
 		{"relay", relayTests},
+		{"admin", adminTests},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			for _, tc := range group.tests {
