@@ -180,7 +180,7 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 		}
 	}
 	r.publishOrdered(startBy, units, out)
-	tx, err := r.db.BeginTx(bctx, nil)
+	tx, err := r.db.BeginTx(bctx, r.txOptions())
 	if err != nil {
 		return len(rows), fmt.Errorf("begin marks: %w", err)
 	}

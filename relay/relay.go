@@ -67,8 +67,8 @@ type positioned interface {
 	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, partitions int, instance string) (int64, error)
 }
 
-// txOptions are the options of the relay's claiming and requeueing
-// transactions: the database's isolation for them (store.Caps.Isolation).
+// txOptions are the options of the relay's transactions (claims, marks,
+// requeues): the database's isolation for them (store.Caps.Isolation).
 func (r *Relay) txOptions() *sql.TxOptions {
 	return &sql.TxOptions{Isolation: r.drv.Caps().Isolation}
 }
@@ -415,7 +415,7 @@ func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 	}
 	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
-	tx, err := r.db.BeginTx(bctx, nil)
+	tx, err := r.db.BeginTx(bctx, r.txOptions())
 	if err != nil {
 		return len(rows), fmt.Errorf("begin marks: %w", err)
 	}

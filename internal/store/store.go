@@ -52,12 +52,13 @@ type Caps struct {
 	// AbortTx: a transaction can be put into a state in which its COMMIT rolls
 	// back (for transactions the write path cannot watch).
 	AbortTx bool
-	// Isolation is the isolation level of the transactions in which the
-	// relay claims with row locks (held across the publish) and in which it
-	// requeues: MySQL's READ COMMITTED, where a locking read takes no gap
-	// locks (at REPEATABLE READ the claim's next-key locks make every insert
-	// into the outbox, the application's and a requeue's, wait for the
-	// publish); the database's default elsewhere.
+	// Isolation is the isolation level of the relay's transactions (claims
+	// with row locks, held across the publish; marks; requeues): MySQL's
+	// READ COMMITTED, where a locking read takes no gap locks (at REPEATABLE
+	// READ the claim's next-key locks make every insert into the outbox, the
+	// application's and a requeue's, wait for the publish) and an UPDATE
+	// passes over locked rows it does not change; the database's default
+	// elsewhere.
 	Isolation sql.IsolationLevel
 }
 

@@ -638,7 +638,9 @@ func testRelayRefusedFailureMark(t *testing.T, dl testkit.Dialect) {
 		if lastErr == "" || strings.Contains(lastErr, "refused by the database") {
 			t.Fatalf("last_error = %q", lastErr)
 		}
-	}, func(e *relayEnv) { testkit.RefuseValue(e.t, e.db, "outbox_messages", "last_error", "refused by the database") })
+	}, func(e *relayEnv) {
+		testkit.RefuseValue(e.t, e.db, "outbox_messages", "last_error", "refused by the database")
+	})
 }
 
 // testRelayOneFailureInABatch runs a relay, each mode, on 5 events of which
