@@ -590,9 +590,9 @@ func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[st
 // failures marked, and an error only when tx is lost.
 func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure) (time.Time, []store.Failure, error) {
 	var at time.Time
-	mark := func(fs []store.Failure) error {
+	mark := func(batch []store.Failure) error {
 		return store.Savepoint(ctx, tx, "herald_mark_failed", func() error {
-			t, err := r.st.MarkFailed(ctx, tx, fs)
+			t, err := r.st.MarkFailed(ctx, tx, batch)
 			if err == nil && (at.IsZero() || t.Before(at)) {
 				at = t
 			}
@@ -607,7 +607,7 @@ func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure)
 	for _, f := range fs {
 		err := mark([]store.Failure{f})
 		if err != nil && !errors.Is(err, store.ErrTxLost) {
-			r.log.Warn("the failure mark of an event was refused; recorded without its error text",
+			r.log.Warn("the failure mark of an event was refused; retried without its error text",
 				"event_id", f.ID, "err", err)
 			f.Err = unstorableError
 			err = mark([]store.Failure{f})
