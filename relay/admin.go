@@ -108,7 +108,12 @@ var ErrNotDead = errors.New("relay: no dead event with that id")
 // Requeue makes a dead event pending again, due now, with its attempts and
 // strikes reset.
 func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
-	ok, err := r.st.Requeue(ctx, r.db, id.String())
+	var ok bool
+	err := r.requeueTx(ctx, func(tx store.Execer) error {
+		var err error
+		ok, err = r.st.Requeue(ctx, tx, id.String())
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("relay: requeue %s: %w", id, err)
 	}
@@ -122,12 +127,28 @@ func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
 // RequeueAll makes every dead event pending again, due now, with attempts and
 // strikes reset, and returns how many.
 func (r *Relay) RequeueAll(ctx context.Context) (int64, error) {
-	n, err := r.st.RequeueAll(ctx, r.db)
+	var n int64
+	err := r.requeueTx(ctx, func(tx store.Execer) error {
+		var err error
+		n, err = r.st.RequeueAll(ctx, tx)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("relay: requeue all: %w", err)
 	}
 	r.Wake()
 	return n, nil
+}
+
+// requeueTx runs f, a requeue, in a transaction begun as the database's
+// locking transactions are (store.Driver.LockingTx: on MySQL READ COMMITTED,
+// so that it passes over the rows relays claimed instead of waiting for
+// them), then makes the next claims start at the head: a claim that ran
+// before the commit did not see the requeued rows.
+func (r *Relay) requeueTx(ctx context.Context, f func(tx store.Execer) error) error {
+	err := store.InTx(ctx, r.db, r.drv.LockingTx(), f)
+	r.rewind()
+	return err
 }
 
 // cleaner deletes published events older than Retention, a batch at a time, on

@@ -2,8 +2,10 @@ package relay
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldgo/herald/events"
 )
@@ -28,6 +30,20 @@ func FuzzToMessage(f *testing.F) {
 		env, err := events.ParseEnvelope(msg.UUID, msg.Metadata, msg.Payload)
 		if err != nil || env.ID.String() != msg.UUID {
 			t.Fatalf("message does not read back: %+v, %v", env, err)
+		}
+	})
+}
+
+// FuzzLastError feeds arbitrary publisher error texts to lastError: what is
+// stored is valid UTF-8 without NUL bytes, at most 2,000 bytes and "...",
+// on every database.
+func FuzzLastError(f *testing.F) {
+	f.Add("broken \x00 pipe \xff\xfe")
+	f.Add(strings.Repeat("é", 1500))
+	f.Fuzz(func(t *testing.T, msg string) {
+		got := lastError(errors.New(msg))
+		if !utf8.ValidString(got) || strings.ContainsRune(got, 0) || len(got) > 2003 {
+			t.Fatalf("lastError(%q) = %q", msg, got)
 		}
 	})
 }

@@ -467,15 +467,20 @@ func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome) error
 	return nil
 }
 
-// lastError is err as stored in last_error: valid UTF-8 (a text column refuses
-// anything else, which would fail the whole mark) and at most 2,000 bytes.
+// lastError is err as stored in last_error, on every database: NUL bytes
+// (which PostgreSQL's text refuses) and invalid UTF-8 (which a text column
+// may refuse) replaced by U+FFFD, and at most 2,000 bytes.
 func lastError(err error) string {
-	msg := strings.ToValidUTF8(err.Error(), "\uFFFD")
+	msg := strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", "\uFFFD"), "\uFFFD")
 	if len(msg) > 2000 {
 		msg = strings.ToValidUTF8(msg[:2000], "") + "..."
 	}
 	return msg
 }
+
+// unstorableError is stored as last_error, in place of the error text, for a
+// failure whose mark the database refused with its own text.
+const unstorableError = "publish failed; the database refused to store the publisher's error text"
 
 // outcome is the result of publishing a batch.
 type outcome struct {
@@ -582,13 +587,66 @@ func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[st
 			dead[f.row.id] = true
 		}
 	}
-	at, err := r.st.MarkFailed(ctx, tx, fs)
+	at, marked, err := r.markFailures(ctx, tx, fs)
 	if err != nil {
 		return nil, err
+	}
+	if len(marked) < len(fs) {
+		dead = map[string]bool{}
+		for _, f := range marked {
+			if f.Dead {
+				dead[f.ID] = true
+			}
+		}
 	}
 	out.failedAt = at
 	r.m.died(len(dead))
 	return dead, nil
+}
+
+// markFailures writes the failure marks fs in tx so that none of them can
+// undo the marks written before them in tx (the batch's published events,
+// which would otherwise be published again on every cycle): in one call
+// under a savepoint; if that fails, each failure alone under one, and one
+// whose mark fails again once more with unstorableError for its text. A
+// failure that cannot be marked even so leaves its event pending (its
+// publish is retried); it is logged. It returns the time of the marks, the
+// failures marked, and an error only when tx is lost.
+func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure) (time.Time, []store.Failure, error) {
+	var at time.Time
+	mark := func(batch []store.Failure) error {
+		return store.Savepoint(ctx, tx, "herald_mark_failed", func() error {
+			t, err := r.st.MarkFailed(ctx, tx, batch)
+			if err == nil && (at.IsZero() || t.Before(at)) {
+				at = t
+			}
+			return err
+		})
+	}
+	err := mark(fs)
+	if err == nil || errors.Is(err, store.ErrTxLost) {
+		return at, fs, err
+	}
+	marked := make([]store.Failure, 0, len(fs))
+	for _, f := range fs {
+		err := mark([]store.Failure{f})
+		if err != nil && !errors.Is(err, store.ErrTxLost) {
+			r.log.Warn("the failure mark of an event was refused; retried without its error text",
+				"event_id", f.ID, "err", err)
+			f.Err = unstorableError
+			err = mark([]store.Failure{f})
+		}
+		switch {
+		case errors.Is(err, store.ErrTxLost):
+			return at, nil, err
+		case err != nil:
+			r.log.Warn("the failure of an event could not be recorded; it stays pending", "event_id", f.ID, "err", err)
+			r.rewind() // pending, and maybe below the position
+		default:
+			marked = append(marked, f)
+		}
+	}
+	return at, marked, nil
 }
 
 // logFailures logs the batch's failures, per topic and at most once per 30s

@@ -3,6 +3,8 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"fmt"
 )
 
 // QueryRow scans the one row q returns into dest; sql.ErrNoRows when it
@@ -59,4 +61,30 @@ func Affected(ctx context.Context, x Execer, q string, args ...any) (int64, erro
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// ErrTxLost is returned (wrapped) by Savepoint when the savepoint could not
+// be set, released or rolled back to: the transaction is no longer usable.
+var ErrTxLost = errors.New("transaction lost")
+
+// Savepoint runs f in the transaction tx under a savepoint (SAVEPOINT name,
+// which every database Herald runs on knows): released when f returns nil,
+// rolled back to when it fails, which undoes f's writes alone and leaves tx
+// usable (on PostgreSQL a failed statement otherwise aborts the whole
+// transaction). It returns f's error, or one wrapping ErrTxLost when the
+// savepoint itself fails (MySQL rolls a deadlocked transaction back whole).
+func Savepoint(ctx context.Context, tx Execer, name string, f func() error) error {
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("%w: savepoint: %w", ErrTxLost, err)
+	}
+	if err := f(); err != nil {
+		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rerr != nil {
+			return fmt.Errorf("%w: rollback to savepoint: %w (after %w)", ErrTxLost, rerr, err)
+		}
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+		return fmt.Errorf("%w: release savepoint: %w", ErrTxLost, err)
+	}
+	return nil
 }

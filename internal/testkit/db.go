@@ -378,17 +378,22 @@ func Must(t testing.TB, err error) {
 
 var _ = fmt.Sprint
 
-// RefuseValue makes every INSERT into table of a row whose column is value
-// fail, in the database's own way (a CHECK constraint, or a trigger where a
-// constraint cannot be added to an existing table).
+// RefuseValue makes every INSERT into table of a row whose column is value,
+// and every UPDATE that sets it, fail, in the database's own way (a CHECK
+// constraint, or triggers where a constraint cannot be added to an existing
+// table).
 func RefuseValue(t testing.TB, db *gorm.DB, table, column, value string) {
 	t.Helper()
 	name := "refuse_" + column
 	var err error
 	switch db.Dialector.Name() {
 	case "sqlite":
-		err = db.Exec(`CREATE TRIGGER ` + name + ` BEFORE INSERT ON ` + ident.MustTable(table).Quoted() +
-			` WHEN NEW.` + column + ` = '` + value + `' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`).Error
+		for _, on := range []string{"INSERT", "UPDATE OF " + column} {
+			if err == nil {
+				err = db.Exec(`CREATE TRIGGER ` + name + `_` + strings.Fields(on)[0] + ` BEFORE ` + on + ` ON ` + ident.MustTable(table).Quoted() +
+					` WHEN NEW.` + column + ` = '` + value + `' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`).Error
+			}
+		}
 	default:
 		d, derr := drivers.For(db)
 		Must(t, derr)

@@ -33,13 +33,16 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL {where} ORDER BY o.dead_at, o.seq LIMIT ?`)
 	// The writes find their rows first, by a read that locks nothing, then
-	// change them by the primary key (as the relay's Requeue does): through a
-	// secondary index an UPDATE locks index entries a relay's mark may wait
-	// for while it waits for the relay's rows.
+	// change them by the primary key (as the relay's Requeue and marks do,
+	// see bySeq): through a secondary index an UPDATE locks index entries a
+	// relay's mark may wait for while it waits for the relay's rows. The
+	// statement that changes a row checks again that it is in the state the
+	// pick saw (dead; for a purge, dead for that long): a requeue (and a new
+	// death) committed after the pick leaves the row alone.
 	a.q.deadOfType = rep.Replace(`SELECT seq FROM {t} WHERE dead_at IS NOT NULL AND type = ? ORDER BY seq`)
 	a.q.deadBefore = rep.Replace(`SELECT seq FROM {t} WHERE dead_at < {now} - INTERVAL ? MICROSECOND ORDER BY dead_at, seq LIMIT ?`)
-	a.q.requeueSeqs = rep.Replace(`UPDATE {t} SET {set} WHERE seq IN ({seqs}) AND dead_at IS NOT NULL`)
-	a.q.purgeSeqs = rep.Replace(`DELETE FROM {t} WHERE seq IN ({seqs}) AND dead_at IS NOT NULL`)
+	a.q.requeueSeqs = rep.Replace(`UPDATE ` + bySeq + ` SET {set} WHERE o.dead_at IS NOT NULL`)
+	a.q.purgeSeqs = rep.Replace(`DELETE o FROM ` + bySeq + ` WHERE o.dead_at < {now} - INTERVAL ? MICROSECOND`)
 	return a
 }
 
@@ -111,20 +114,21 @@ func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Durat
 		if err != nil {
 			return err
 		}
-		n, err = a.bySeqs(ctx, tx, a.q.purgeSeqs, seqs)
+		n, err = a.bySeqs(ctx, tx, a.q.purgeSeqs, seqs, olderThan.Microseconds())
 		return err
 	})
 	return n, err
 }
 
-// bySeqs runs q on the rows seqs, a thousand at a time, and returns the rows
-// it changed.
-func (a *admin) bySeqs(ctx context.Context, x store.Execer, q string, seqs []int64) (int64, error) {
+// bySeqs runs q on the rows seqs (its first argument, a JSON array), a
+// thousand at a time, with the arguments more after them, and returns the
+// rows it changed.
+func (a *admin) bySeqs(ctx context.Context, x store.Execer, q string, seqs []int64, more ...any) (int64, error) {
 	var total int64
 	for len(seqs) > 0 {
 		chunk := seqs[:min(len(seqs), 1000)]
 		seqs = seqs[len(chunk):]
-		n, err := store.Affected(ctx, x, strings.Replace(q, "{seqs}", placeholders(len(chunk)), 1), anys(chunk)...)
+		n, err := store.Affected(ctx, x, q, append([]any{store.JSONInts(chunk)}, more...)...)
 		if err != nil {
 			return total, err
 		}

@@ -27,6 +27,17 @@ const claimCols = `o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate
 // aggregate, or of its id for events that belong to no aggregate.
 const partitionExpr = `MOD(CRC32(CASE WHEN o.aggregate_id = '' THEN o.id ELSE CONCAT(o.aggregate_type, ':', o.aggregate_id) END), ?)`
 
+// bySeq joins rows by primary key from seqs (a JSON array, one placeholder),
+// in that order: with "WHERE seq IN (...)" the optimizer scans the whole
+// table when it is small (as an outbox mostly is), which in REPEATABLE READ
+// locks every row it reads, those other relays claimed too: their marks
+// deadlocked, and the batch rolled back was published again; and a DELETE
+// that scans waits for every row others locked, even at READ COMMITTED. By
+// the primary key, a statement touches the clustered rows directly (by the
+// id key, it read that index first: a fifth slower burn-down); a list of
+// UNION ALL selects costs more to parse than the JSON.
+const bySeq = `JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS k STRAIGHT_JOIN {t} AS o ON o.seq = k.seq`
+
 // requeueSet makes a dead event pending again (Requeue, RequeueAll and the admin's requeues).
 const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now
 
@@ -57,15 +68,6 @@ WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
   AND NOT EXISTS (SELECT 1 FROM blocked b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
 ORDER BY o.seq LIMIT ?`)
-	// Rows by primary key, joined from the claimed seqs (a JSON array, one
-	// placeholder) in that order: with "WHERE seq IN (...)" the optimizer
-	// scans the whole table when it is small (as an outbox mostly is), which
-	// in REPEATABLE READ locks every row it reads, those other relays claimed
-	// too: their marks deadlocked, and the batch rolled back was published
-	// again. By the primary key, a mark touches the clustered rows directly
-	// (by the id key, it read that index first: a fifth slower burn-down); a
-	// list of UNION ALL selects costs more to parse than the JSON.
-	const bySeq = `JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS k STRAIGHT_JOIN {t} AS o ON o.seq = k.seq`
 	q.markDelete = rep.Replace(`DELETE o FROM ` + bySeq)
 	q.markProcessed = rep.Replace(`UPDATE ` + bySeq + ` SET o.processed_at = {now}, o.last_error = NULL`)
 	q.unlease = rep.Replace(`UPDATE ` + bySeq + ` SET o.available_at = {now}
@@ -86,8 +88,10 @@ FROM {t} WHERE {pending}`)
 	q.dead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT ?`)
 	// By the primary key, found first by a read that locks nothing: by the id
 	// key the UPDATE locks the id's entry, then waits for the row a relay's
-	// claim locked, whose mark then waits for that entry (a deadlock).
-	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ?`)
+	// claim locked, whose mark then waits for that entry (a deadlock). Only a
+	// dead row is found: an UPDATE by the primary key waits for a pending row
+	// a relay holds claimed even where it would not change it.
+	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ? AND dead_at IS NOT NULL`)
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE seq = ? AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}

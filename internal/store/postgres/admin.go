@@ -34,8 +34,13 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL {where} ORDER BY o.dead_at, o.seq LIMIT {limit}`)
 	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = $1`)
+	// The pick skips rows others locked (another operator's requeue in
+	// progress), and the DELETE checks again that each row it deletes is
+	// still dead for that long: a requeue, or a requeue and a new death,
+	// committed after the pick would otherwise lose a pending event.
 	a.q.purge = rep.Replace(`DELETE FROM {t} WHERE id IN (
-  SELECT id FROM {t} WHERE dead_at < now() - $1::float8 * interval '1 microsecond' LIMIT $2)`)
+  SELECT id FROM {t} WHERE dead_at < now() - $1::float8 * interval '1 microsecond' LIMIT $2 FOR UPDATE SKIP LOCKED)
+AND dead_at < now() - $1::float8 * interval '1 microsecond'`)
 	return a
 }
 

@@ -33,7 +33,10 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL {where} ORDER BY dead_at, seq LIMIT ?`)
 	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = ?`)
-	a.q.purge = rep.Replace(`DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE dead_at < {now} - ? LIMIT ?)`)
+	// The DELETE checks again that each row it deletes is dead for that
+	// long, as on the other databases (SQLite's single writer runs the
+	// statement whole).
+	a.q.purge = rep.Replace(`DELETE FROM {t} WHERE seq IN (SELECT seq FROM {t} WHERE dead_at < {now} - ?1 LIMIT ?2) AND dead_at < {now} - ?1`)
 	return a
 }
 

@@ -44,6 +44,8 @@ var relayTests = []namedTest{
 	{"RequeueOneAndAll", testRelayRequeueOneAndAll},
 	{"OutageKillsNothingAndRequeueAll", testRelayOutageKillsNothingAndRequeueAll},
 	{"UnprintablePublisherError", testRelayUnprintablePublisherError},
+	{"PublisherErrorWithNULMarksTheBatch", testRelayPublisherErrorWithNUL},
+	{"RefusedFailureMarkKeepsTheBatchsMarks", testRelayRefusedFailureMark},
 	{"RefusedTypeKeepsItsBackoff", testRelayRefusedTypeKeepsItsBackoff},
 	{"OutageKillsNoEventWhenever", testRelayOutageKillsNoEventWhenever},
 	{"OutageRecoveryMakesRetriesDue", testRelayOutageRecoveryMakesRetriesDue},
@@ -729,6 +731,85 @@ func testRelayUnprintablePublisherError(t *testing.T, dl testkit.Dialect) {
 	if !strings.HasPrefix(lastErr, "bad \uFFFD") || len(lastErr) > 2010 {
 		t.Fatalf("last_error = %.40q... (%d bytes)", lastErr, len(lastErr))
 	}
+}
+
+// Issue 19, item 2: a publisher fails one event of a batch with an error
+// holding a NUL byte (which PostgreSQL's text refuses) and invalid UTF-8,
+// and publishes the others: they are published once, not again on every
+// cycle because the batch's marks failed, and the failure is recorded with
+// the text cleaned.
+func testRelayPublisherErrorWithNUL(t *testing.T, dl testkit.Dialect) {
+	testRelayOneFailureInABatch(t, dl, "broken \x00 pipe \xff\xfe", func(t *testing.T, lastErr string) {
+		if lastErr != "broken \uFFFD pipe \uFFFD" {
+			t.Fatalf("last_error = %q", lastErr)
+		}
+	})
+}
+
+// Issue 19, item 2: the database refuses the failure mark of one event of a
+// batch (a constraint on its error text); the others, published, are
+// published once, and the failure is recorded without that text.
+func testRelayRefusedFailureMark(t *testing.T, dl testkit.Dialect) {
+	testRelayOneFailureInABatch(t, dl, "refused by the database", func(t *testing.T, lastErr string) {
+		if lastErr == "" || strings.Contains(lastErr, "refused by the database") {
+			t.Fatalf("last_error = %q", lastErr)
+		}
+	}, func(e *relayEnv) {
+		testkit.RefuseValue(e.t, e.db, "outbox_messages", "last_error", "refused by the database")
+	})
+}
+
+// testRelayOneFailureInABatch runs a relay, each mode, on 5 events of which
+// the publisher fails one with the error msg, and checks that the 4 others
+// are published once and the failure is recorded (after one attempt, with
+// the text check accepts); setup runs after the events are written.
+func testRelayOneFailureInABatch(t *testing.T, dl testkit.Dialect, msg string, check func(t *testing.T, lastErr string), setup ...func(e *relayEnv)) {
+	forModes(t, func(t *testing.T, ordered bool) {
+		e := newRelayEnv(t, dl)
+		var evs []uuid.UUID
+		for _, x := range e.write(5, 1) {
+			evs = append(evs, x[0])
+		}
+		for _, f := range setup {
+			f(e)
+		}
+		victim := evs[0].String()
+		gc := testkit.NewGoChannel()
+		got := testkit.Consume(t, gc, depositedTopic)
+		pub := testkit.PublisherFunc(func(topic string, msgs ...*message.Message) error {
+			for _, m := range msgs {
+				if m.UUID == victim {
+					return errors.New(msg)
+				}
+			}
+			return gc.Publish(topic, msgs...)
+		})
+		r := e.relay(nil, pub, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond, BatchSize: 10,
+			MinBackoff: time.Hour, MaxBackoff: time.Hour, LeaseDuration: 3 * time.Second, PublishTimeout: time.Second})
+		e.run(r)
+		var failed row
+		eventually(t, 10*time.Second, "the failure recorded", func() bool {
+			for _, rw := range e.rows() {
+				if rw.ID.String() == victim && rw.Attempts > 0 {
+					failed = rw
+					return true
+				}
+			}
+			return false
+		})
+		check(t, failed.LastError)
+		if failed.Attempts != 1 || !failed.Pending() {
+			t.Fatalf("the failed event: %+v", failed)
+		}
+		eventually(t, 10*time.Second, "the 4 others", func() bool { return got.Distinct() == 4 })
+		eventually(t, 10*time.Second, "only the failed event pending", func() bool { return e.pending() == 1 })
+		time.Sleep(300 * time.Millisecond) // cycles that would publish them again
+		for _, id := range evs[1:] {
+			if n := got.Count(id.String()); n != 1 {
+				t.Fatalf("event %s published %d times", id, n)
+			}
+		}
+	})
 }
 
 // Issue 9, item 1: one event type refused for 3s while other events are

@@ -7,8 +7,9 @@
 // It covers write-path atomicity in every GORM path the README lists (rollbacks,
 // savepoints, Save's fallback insert, retries, caller-opened transactions),
 // exactly-once writes, bad input, the relay's claims shared between instances,
-// backoff and death, requeue, ordered leases and takeover, cleanup, and the
-// inbox's deduplication under concurrent duplicates. Models:
+// backoff and death, requeue, ordered leases and takeover, cleanup, the
+// operator's requeues and purges racing each other and the relays' claims,
+// and the inbox's deduplication under concurrent duplicates. Models:
 // riverqueue/river's riverdrivertest, Watermill's pubsub/tests.
 package storetest
 
@@ -33,6 +34,7 @@ func Run(t *testing.T, d testkit.Dialect) {
 		{"write", writeTests},
 		{"inbox", inboxTests},
 		{"relay", relayTests},
+		{"admin", adminTests},
 	} {
 		t.Run(group.name, func(t *testing.T) {
 			for _, tc := range group.tests {
