@@ -7,21 +7,16 @@ import (
 	"gorm.io/gorm"
 )
 
-// ensureTable creates the outbox table and its index when the table is
-// missing (the statements of the database's first migration, for the
-// configured name). It checks first, so a role without DDL rights works
-// against a table created beforehand.
+// ensureTable creates what the write path needs when it is missing: the
+// outbox table and its index, and the tables the database's writers lock
+// (the statements of the database's migrations, for the configured name).
+// Each object is looked up first, so a role without DDL rights works against
+// objects created beforehand; an object added by a later migration (an
+// outbox created before it) is created then too.
 func (p *Plugin) ensureTable(ctx context.Context, db *gorm.DB) error {
 	sqlDB, err := db.DB()
 	if err != nil {
 		return fmt.Errorf("outboxhook: %w", err)
-	}
-	ok, err := p.out.Exists(ctx, sqlDB)
-	if err != nil {
-		return fmt.Errorf("outboxhook: look up table %s: %w", p.table, err)
-	}
-	if ok {
-		return nil
 	}
 	if err := p.out.Create(ctx, sqlDB); err != nil {
 		return fmt.Errorf("outboxhook: create table %s: %w", p.table, err)

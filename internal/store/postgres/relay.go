@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -615,12 +614,17 @@ func (waker) Notify(ctx context.Context, db *sql.DB, channel string) error {
 //
 // The position must never pass a row that may still become due below it. The
 // rows a writer inserts become visible at its commit, which may come long
-// after the insert took its seq and available_at: epochs cover these. Every
-// insert first takes, for its transaction, a shared advisory lock keyed by
-// the table and by its epoch (the 10 ms slice of the database's clock it runs
-// in), and its available_at is the time after that (clock_timestamp()); a
-// claim reads pg_locks now and then and learns the frontier: the start of the
-// oldest epoch still locked, or, with none, the time it looked. Every row
+// after the insert took its seq and available_at: epochs cover these. The
+// first insert of a transaction into the table first takes, for the
+// transaction, a shared advisory lock keyed by the table's oid and by its
+// epoch (the 10 ms slice of the database's clock it runs in), and its
+// available_at is the time after that (clock_timestamp()); the transaction's
+// later inserts take none (a transaction-local setting says it holds one):
+// their rows come after that epoch's start, which its lock holds the
+// frontier at, so a transaction holds one epoch lock per outbox table
+// however long it writes. A claim reads pg_locks now and then and learns the
+// frontier: the start of the oldest epoch still locked on this table, or,
+// with none, the time it looked. Every row
 // inserted with an available_at before the frontier, and every row whose seq
 // was taken before it, has committed or rolled back by then, so a claim that
 // begins later sees it. A writer that read its epoch before that time and
@@ -1016,34 +1020,38 @@ func (p *position) lowerOrdered(found []seqPart) {
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// epochKey is the first key of the table's epoch locks.
-func epochKey(t ident.Table) int32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte("herald.epoch:" + t.Quoted()))
-	return int32(h.Sum32() & 0x7fffffff)
-}
+// tableOID is the table's oid (its identity, whatever schema it is in), as
+// the relation t names in the session's search_path.
+func tableOID(t ident.Table) string { return quoteLiteral(t.Quoted()) + `::regclass::oid` }
 
 // epochNow is the current epoch (10 ms) by the database's clock.
 const epochNow = `floor(extract(epoch FROM clock_timestamp()) * 100)::bigint`
 
-// epochLockSQL takes the shared lock of the current epoch for the
-// transaction.
+// epochLockSQL takes, for the transaction, the shared lock of the current
+// epoch keyed by the table's oid, unless the transaction (or the
+// subtransaction it is in) took one on this table already: only its first
+// epoch lock is needed (see Positions), and a transaction-local setting
+// remembers it. A ROLLBACK TO SAVEPOINT releases a lock taken after the
+// savepoint and reverts the setting with it. It yields one row.
 func epochLockSQL(t ident.Table) string {
-	return fmt.Sprintf(`pg_advisory_xact_lock_shared(%d, (%s %% 2147483648)::int)`, epochKey(t), epochNow)
+	return fmt.Sprintf(`CASE WHEN coalesce(current_setting(k.name, true), '') = ''
+    THEN set_config(k.name, '1', true) || pg_advisory_xact_lock_shared(k.key, (%s %% 2147483648)::int)::text END
+  FROM (SELECT 'herald.epoch_' || c.oid AS name, (c.oid::bigint - (c.oid::bigint >> 31 << 32))::int AS key
+    FROM (SELECT %s AS oid) c) k`, epochNow, tableOID(t))
 }
 
 // frontierSQL is the frontier: the start of the oldest epoch whose lock a
-// transaction holds, or the time it looked when none does. Epochs are
-// compared modulo 2^31 (248 days); one newer than the clock read counts as
-// current.
+// transaction holds on this table, or the time it looked when none does.
+// Epochs are compared modulo 2^31 (248 days); one newer than the clock read
+// counts as current.
 func frontierSQL(t ident.Table) string {
 	return fmt.Sprintf(`(SELECT CASE WHEN count(a.age) = 0 THEN c.t
     ELSE to_timestamp((c.e - max(CASE WHEN a.age > 1073741824 THEN 0 ELSE a.age END))::float8 / 100) END
   FROM (SELECT clock_timestamp() AS t, %s AS e) c
   LEFT JOIN LATERAL (SELECT ((c.e %% 2147483648) - l.objid::bigint + 2147483648) %% 2147483648 AS age
-    FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = %d::oid AND l.objsubid = 2
+    FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objsubid = 2
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) a ON true
-  GROUP BY c.t, c.e)`, epochNow, epochKey(t))
+  GROUP BY c.t, c.e)`, epochNow, tableOID(t))
 }
 
 // Retention by partition drop (store.PartitionRetention).
@@ -1051,9 +1059,13 @@ func frontierSQL(t ident.Table) string {
 var _ store.PartitionRetention = (*relay)(nil)
 
 // CreatePartitioned creates the outbox partitioned by occurred_at when
-// missing (the partitioned variant of migration 0001).
+// missing (the partitioned variant of migration 0001), and the aggregate
+// locks table (0006).
 func (r *relay) CreatePartitioned(ctx context.Context, x store.Execer) error {
-	return createMissingFrom(ctx, x, partitionedOnly(), "0001_outbox_messages.up.sql", store.DefaultOutbox, r.t)
+	if err := createMissingFrom(ctx, x, partitionedOnly(), "0001_outbox_messages.up.sql", store.DefaultOutbox, r.t); err != nil {
+		return err
+	}
+	return createLocks(ctx, x, r.t)
 }
 
 // Partitioned reports whether the outbox is a partitioned table.
