@@ -1087,8 +1087,8 @@ func (r *relay) partitionName(start time.Time) ident.Table {
 	return r.t.Derived("_p" + start.UTC().Format("20060102t150405"))
 }
 
-// partitionLockTimeout bounds the wait for the table lock a partition drop
-// takes: writers and claims queue behind it meanwhile.
+// partitionLockTimeout bounds the wait for the table lock a partition's
+// creation or drop takes: writers and claims queue behind it meanwhile.
 const partitionLockTimeout = 200 * time.Millisecond
 
 func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error) {
@@ -1115,10 +1115,10 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 		}
 		// Fails while the default partition holds events of this range
 		// (an application clock far ahead): they are cleaned there, row by
-		// row, and the range is created once they are gone.
-		if _, e := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+name.Quoted()+` PARTITION OF `+r.t.Quoted()+
-			` FOR VALUES FROM (`+quoteLiteral(start.UTC().Format(time.RFC3339Nano))+`) TO (`+
-			quoteLiteral(start.Add(interval).UTC().Format(time.RFC3339Nano))+`)`); e != nil {
+		// row, and the range is created once they are gone. Fails too when
+		// the outbox's lock is not had within partitionLockTimeout (a
+		// reader holds the table): retried at the next round.
+		if e := r.createPartition(ctx, db, name, start, start.Add(interval)); e != nil {
 			keep(fmt.Errorf("create partition %s: %w", name, e))
 			continue
 		}
@@ -1158,20 +1158,50 @@ WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'D
 	return created, dropped, err
 }
 
+// lockTimeoutTx begins a transaction whose lock waits give up after
+// partitionLockTimeout: DDL that takes a strong lock of the outbox at run
+// time queues behind any reader of the table (a pg_dump), and every writer
+// queues behind it meanwhile, so it waits briefly and is tried again later.
+func lockTimeoutTx(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, partitionLockTimeout.Milliseconds())); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	return tx, nil
+}
+
+// createPartition creates the partition name for the range [from, to),
+// waiting at most partitionLockTimeout for the outbox's ACCESS EXCLUSIVE
+// lock that CREATE TABLE ... PARTITION OF takes.
+func (r *relay) createPartition(ctx context.Context, db *sql.DB, name ident.Table, from, to time.Time) error {
+	tx, err := lockTimeoutTx(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+name.Quoted()+` PARTITION OF `+r.t.Quoted()+
+		` FOR VALUES FROM (`+quoteLiteral(from.UTC().Format(time.RFC3339Nano))+`) TO (`+
+		quoteLiteral(to.UTC().Format(time.RFC3339Nano))+`)`); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // dropPartition drops the partition (its name as regclass text) if it holds
 // no pending or dead event and none published within olderThan: in one
 // transaction, under an ACCESS EXCLUSIVE lock of the whole outbox (so that no
 // event can be written to it or made pending between the look and the drop),
 // which it waits for at most partitionLockTimeout.
 func (r *relay) dropPartition(ctx context.Context, db *sql.DB, name string, olderThan time.Duration) (bool, error) {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := lockTimeoutTx(ctx, db)
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, partitionLockTimeout.Milliseconds())); err != nil {
-		return false, err
-	}
 	if _, err := tx.ExecContext(ctx, `LOCK TABLE `+r.t.Quoted()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 		return false, err
 	}
