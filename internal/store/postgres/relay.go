@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
 	"math"
 	"slices"
@@ -565,36 +564,57 @@ func (l leases) Leave(ctx context.Context, x store.Execer, instance string) erro
 
 type waker struct{}
 
-// Listen takes a connection from db, LISTENs on channel and calls wake for
-// each notification (and once on start, for what was committed meanwhile),
-// until ctx is done or the connection fails. The session stays in LISTEN, so
-// the connection is never given back to the pool.
+// Listen opens a connection of its own, outside db's pool (with the
+// configuration of db's pgx connections), LISTENs on channel and calls wake
+// for each notification (and once on start, for what was committed
+// meanwhile), until ctx is done or the connection fails; then it closes the
+// connection. A session in LISTEN is never given back, so it takes none of
+// the application's pool: a pool of one connection keeps it for the saves.
 func (waker) Listen(ctx context.Context, db *sql.DB, channel string, wake func()) error {
-	conn, err := db.Conn(ctx)
+	cfg, err := connConfig(ctx, db)
 	if err != nil {
 		return err
 	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("listen: connect: %w", err)
+	}
 	defer func() {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		_ = conn.Close()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
 	}()
 	// Quoted: LISTEN folds an unquoted name to lower case, pg_notify does not.
-	if _, err := conn.ExecContext(ctx, `LISTEN `+ident.Name(channel).Quoted()); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+ident.Name(channel).Quoted()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	wake()
-	return conn.Raw(func(dc any) error {
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		wake()
+	}
+}
+
+// connConfig returns the pgx configuration db's connections are made with,
+// read from one of its connections (given back at once).
+func connConfig(ctx context.Context, db *sql.DB) (*pgx.ConnConfig, error) {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.Close() }()
+	var cfg *pgx.ConnConfig
+	err = c.Raw(func(dc any) error {
 		pc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return fmt.Errorf("listen: driver connection is %T, not pgx", dc)
 		}
-		for {
-			if _, err := pc.Conn().WaitForNotification(ctx); err != nil {
-				return err
-			}
-			wake()
-		}
+		cfg = pc.Conn().Config()
+		return nil
 	})
+	return cfg, err
 }
 
 // Notify sends pg_notify(channel) from a connection of db, outside any
