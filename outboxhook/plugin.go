@@ -64,7 +64,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	}
 	p.out = drv.Outbox(p.table)
 	if !p.cfg.DisableAutoCreate {
-		if err := p.ensureTable(context.Background(), db); err != nil {
+		if err := p.ensureTable(context.Background(), db, drv); err != nil {
 			return err
 		}
 	}
