@@ -16,7 +16,6 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
-
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
