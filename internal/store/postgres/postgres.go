@@ -131,15 +131,14 @@ type outbox struct {
 func newOutbox(t ident.Table) *outbox {
 	o := &outbox{t: t}
 	o.lockQ = `SELECT k FROM ` + t.Derived("_locks").Quoted() + ` WHERE k = ANY($1::bigint[]) ORDER BY k FOR UPDATE`
-	// Each insert first takes the shared epoch lock of its table (see
-	// Positions; the first insert of a transaction on the table does),
-	// so that a relay can tell when every row inserted before a moment has
-	// committed or rolled back; and its available_at is the time of the insert
-	// (not the transaction's start), which the hook's path makes just before
-	// the commit.
-	// created_at is the time of the insert too, not the transaction's start
-	// (the column's default, now()): the oldest pending age counts from the
-	// write, as on every database.
+	// The first insert of a transaction into the table first takes the
+	// table's shared epoch lock (see Positions), so that a relay can tell when
+	// every row inserted before a moment has committed or rolled back; each
+	// row's available_at is the time of its insert (not the transaction's
+	// start), which the hook's path makes just before the commit. created_at
+	// is that time too, not the column's default (now(), the transaction's
+	// start): the oldest pending age counts from the write, as on every
+	// database.
 	head := `WITH herald_epoch AS MATERIALIZED (SELECT ` + epochLockSQL(t) + `)
 INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at) `
 	rows := [2]string{
