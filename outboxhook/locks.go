@@ -2,10 +2,13 @@ package outboxhook
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 
 	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // aggregateLockKey is the 64-bit key of the lock that serializes the writers
@@ -29,6 +32,9 @@ func (p *Plugin) lockAggregates(ctx context.Context, pool gorm.ConnPool, keys []
 		return nil
 	}
 	if err := p.out.LockAggregates(ctx, pool, keys); err != nil {
+		if errors.Is(err, store.ErrTableMissing) {
+			return fmt.Errorf("%w: lock aggregates: %w", ErrTableMissing, err)
+		}
 		return fmt.Errorf("outboxhook: lock aggregates: %w", err)
 	}
 	return nil

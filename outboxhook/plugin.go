@@ -68,7 +68,7 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	p.out = drv.Outbox(p.table)
 	p.caps = drv.Caps()
 	if !p.cfg.DisableAutoCreate {
-		if err := p.ensureTable(context.Background(), db); err != nil {
+		if err := p.ensureTable(context.Background(), db, drv); err != nil {
 			return err
 		}
 	}

@@ -6,12 +6,16 @@ package outboxhook_test
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"strings"
 	"testing"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
@@ -97,6 +101,65 @@ func TestLeastPrivilegeWriter(t *testing.T) {
 	o.Pay(2)
 	must(t, db.Save(o).Error)
 	wantTypes(t, db, "order.placed", "order.paid", "order.paid")
+}
+
+// An outbox made before migration 0006 (its statements only from 0001) gets
+// the aggregate locks table, filled, at db.Use, and the writers of an
+// aggregate take its rows. A role that may not create it still registers the
+// plugin and saves events of plain aggregates; a write that needs the locks
+// fails with ErrTableMissing.
+func TestAggregateLocksTableAddedToAnExistingOutbox(t *testing.T) {
+	t.Parallel()
+	schema, dsn := pgtest.Schema(t)
+	admin := pgtest.Admin(t)
+	ddl, err := fs.ReadFile(migrations.Postgres(), "0001_outbox_messages.up.sql")
+	must(t, err)
+	role := pgtest.Name("herald_writer_")
+	for _, q := range []string{
+		string(ddl),
+		`CREATE ROLE ` + role + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
+		`GRANT SELECT, INSERT ON outbox_messages TO ` + role,
+	} {
+		conn, err := admin.Conn(context.Background())
+		must(t, err)
+		_, err = conn.ExecContext(context.Background(), `SET search_path = `+schema+`; `+q)
+		_ = conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP OWNED BY ` + role)
+		_, _ = admin.Exec(`DROP ROLE ` + role)
+	})
+	add := func(db *gorm.DB) error {
+		return db.Transaction(func(tx *gorm.DB) error {
+			m := message.NewMessage(uuid.NewString(), []byte(`{}`))
+			m.Metadata.Set(events.MetaType, "part.added")
+			m.Metadata.Set(events.MetaAggregateType, "Order")
+			m.Metadata.Set(events.MetaAggregateID, uuid.NewString())
+			return outboxhook.AddMessages(tx, "parts", m)
+		})
+	}
+
+	writer := pgtest.OpenDSN(t, strings.Replace(dsn, "postgres@", role+"@", 1), nil)
+	must(t, writer.Use(outboxhook.New(outboxhook.Config{}))) // may not create it: not an error yet
+	if err := add(writer); !errors.Is(err, outboxhook.ErrTableMissing) {
+		t.Fatalf("a write that locks an aggregate without the locks table: %v; want ErrTableMissing", err)
+	}
+	must(t, writer.Transaction(func(tx *gorm.DB) error {
+		return outboxhook.Add(tx, OrderPlaced{OrderID: uuid.New()}) // no aggregate: no lock
+	}))
+
+	owner := pgtest.OpenDSN(t, dsn, nil)
+	must(t, owner.Use(outboxhook.New(outboxhook.Config{})))
+	var rows int64
+	must(t, owner.Raw(`SELECT count(*) FROM outbox_messages_locks`).Scan(&rows).Error)
+	if rows != 65536 {
+		t.Fatalf("%d rows in the locks table made at db.Use; want 65536", rows)
+	}
+	must(t, add(owner))
 }
 
 // All events of one statement go in one INSERT: a statement-level trigger counts

@@ -16,11 +16,15 @@ import (
 // relay.ErrSchemaOutdated and inbox.ErrSchemaOutdated.
 var ErrSchemaOutdated = store.ErrSchemaOutdated
 
-// ensureTable creates the outbox table and its index when the table is
-// missing (the statements of the database's first migration, for the
-// configured name). It checks first, so a role without DDL rights works
-// against a table created beforehand.
-func (p *Plugin) ensureTable(ctx context.Context, db *gorm.DB) error {
+// ensureTable creates what the write path needs when it is missing: the
+// outbox table and its index, and the tables the database's writers lock
+// (the statements of the database's migrations, for the configured name).
+// Each object is looked up first, so a role without DDL rights works against
+// objects created beforehand. An object added by a later migration to an
+// outbox made before it (PostgreSQL's aggregate locks table, migration 0006)
+// is created too; when the role may not, the outbox's writes that need it
+// fail naming it, and the others work.
+func (p *Plugin) ensureTable(ctx context.Context, db *gorm.DB, drv store.Driver) error {
 	sqlDB, err := db.DB()
 	if err != nil {
 		return fmt.Errorf("outboxhook: %w", err)
@@ -29,10 +33,10 @@ func (p *Plugin) ensureTable(ctx context.Context, db *gorm.DB) error {
 	if err != nil {
 		return fmt.Errorf("outboxhook: look up table %s: %w", p.table, err)
 	}
-	if ok {
-		return nil
-	}
 	if err := p.out.Create(ctx, sqlDB); err != nil {
+		if ok && drv.PermissionDenied(err) {
+			return nil
+		}
 		return fmt.Errorf("outboxhook: create table %s: %w", p.table, err)
 	}
 	return nil

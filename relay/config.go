@@ -116,9 +116,10 @@ type Config struct {
 	// range ended more than Retention ago and every event in it was published
 	// more than Retention ago. Dropping a partition removes its rows at once,
 	// with nothing for vacuum to do, however many there are; but it takes an
-	// ACCESS EXCLUSIVE lock on the outbox for a moment (waiting at most 200 ms
-	// for transactions that write to it or claim from it, which wait behind
-	// it meanwhile; retried at the next cleanup when it times out), a pending
+	// ACCESS EXCLUSIVE lock on the outbox for a moment, and so does creating
+	// a partition (each waits at most 200 ms for transactions that read,
+	// write or claim from the table, such as a pg_dump, while those that come
+	// after wait behind it; retried at the next cleanup when it times out), a pending
 	// or dead event keeps its whole partition (and is deleted with it only
 	// once published, or purged), events whose occurred_at is outside every
 	// range (more than a range ahead of the database's clock, or in a range

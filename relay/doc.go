@@ -60,8 +60,10 @@
 //
 // Polling (PollInterval, 1s) is only the fallback. In the writer's process, set
 // outboxhook.Config.Notify to the relay's Wake; in other processes, run a
-// Notifier and set Notify to its Notify method: it sends a debounced NOTIFY on
-// its own connection, which the relay LISTENs for. After a wake-up that finds
+// Notifier and set Notify to its Notify method: it sends a debounced NOTIFY
+// (one statement on a connection of its pool), which the relay LISTENs for on
+// a connection it opens outside the pool of its handle (one more connection to
+// the database per relay). After a wake-up that finds
 // nothing (the writer's transaction had not committed yet) the relay looks again
 // after 1, 4, 16, ... milliseconds.
 //

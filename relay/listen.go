@@ -17,7 +17,9 @@ import (
 
 // listen holds one connection in LISTEN on the wake-up channel and wakes the
 // relay on each notification, reconnecting with backoff when it drops (only on
-// a database that can: store.Caps.Listen).
+// a database that can: store.Caps.Listen). The connection is opened outside
+// the pool of the relay's handle (with its connections' settings): it is
+// never given back, and would starve a small pool.
 func (r *Relay) listen(ctx context.Context) {
 	w := r.drv.Waker()
 	for ctx.Err() == nil {
@@ -33,9 +35,11 @@ func (r *Relay) listen(ctx context.Context) {
 
 // Notifier wakes relays in other processes: after events commit, Notify asks
 // it to send one NOTIFY on the relay's channel. Notifications are debounced: at
-// most one per MinInterval, sent from the notifier's own connection outside the
-// writers' transactions (a NOTIFY inside a transaction takes a database-wide
-// lock at its commit; one per commit would serialize the writers).
+// most one per MinInterval, each sent as one statement on a connection of the
+// pool, given back at once, outside the writers' transactions (a NOTIFY inside
+// a transaction takes a database-wide lock at its commit; one per commit would
+// serialize the writers). Only the relay's LISTEN keeps a connection, its own,
+// outside the pool.
 type Notifier struct {
 	db      *sql.DB
 	waker   store.Waker

@@ -99,3 +99,73 @@ func TestDropPartitions(t *testing.T) {
 		})
 	}
 }
+
+// Creating the next partition takes the outbox's ACCESS EXCLUSIVE lock: while
+// a reader holds the table (pg_dump's ACCESS SHARE), the creation waits at
+// most a moment and gives up, instead of queueing with every save queued
+// behind it; the next maintenance round creates it once the reader is gone.
+// Before, the saves waited for the reader's end.
+func TestPartitionCreationBehindAReader(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.Schema(t)
+	db := pgtest.OpenDSN(t, dsn, nil)
+	const interval = time.Second
+	r, err := relay.New(db, newGoChannel(), relay.Config{Retention: time.Hour, DropPartitions: true,
+		PartitionInterval: interval, CleanupInterval: time.Hour, Logger: quietLogger()})
+	testkit.Must(t, err)
+	ctx := context.Background()
+	testkit.Must(t, r.Setup(ctx))
+	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{})))
+	testkit.Must(t, db.AutoMigrate(&Account{}))
+	e := &env{t: t, db: db, dsn: dsn}
+	partitions := func() int64 {
+		var n int64
+		testkit.Must(t, db.Raw(`SELECT count(*) FROM pg_inherits WHERE inhparent = 'outbox_messages'::regclass`).Scan(&n).Error)
+		return n
+	}
+	time.Sleep(2 * interval) // the ranges ahead are now missing
+	before := partitions()
+
+	// The reader, as pg_dump: ACCESS SHARE on the outbox, held for a while.
+	reader := pgtest.OpenDSN(t, dsn, nil)
+	const hold = 4 * time.Second
+	locked, released := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(released)
+		err := reader.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec(`LOCK TABLE outbox_messages IN ACCESS SHARE MODE`).Error; err != nil {
+				return err
+			}
+			close(locked)
+			time.Sleep(hold)
+			return nil
+		})
+		if err != nil {
+			t.Errorf("reader: %v", err)
+		}
+	}()
+	<-locked
+	maintained := make(chan error, 1)
+	go func() {
+		_, err := r.Cleanup(ctx) // a maintenance round: creates the coming partitions
+		maintained <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the creation is waiting for its lock
+	var slowest time.Duration
+	for start := time.Now(); time.Since(start) < hold/2; {
+		t0 := time.Now()
+		e.write(1, 1)
+		slowest = max(slowest, time.Since(t0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	if slowest > time.Second {
+		t.Fatalf("a save took %v while the partition's creation waited behind a reader; want it not held back", slowest)
+	}
+	testkit.Must(t, <-maintained)
+	<-released
+	_, err = r.Cleanup(ctx)
+	testkit.Must(t, err)
+	if after := partitions(); after <= before {
+		t.Fatalf("%d partitions after the reader left (%d before); want the coming ones created", after, before)
+	}
+}

@@ -210,9 +210,10 @@ type PartitionRetention interface {
 
 // Waker wakes relays in other processes (Caps.Listen).
 type Waker interface {
-	// Listen holds a connection of db in LISTEN on channel and calls wake on
-	// each notification (and once when listening starts), until ctx is done or
-	// the connection fails.
+	// Listen holds a connection to db's database in LISTEN on channel and
+	// calls wake on each notification (and once when listening starts), until
+	// ctx is done or the connection fails. The connection is its own, not one
+	// of db's pool, which it would take for ever.
 	Listen(ctx context.Context, db *sql.DB, channel string, wake func()) error
 	// Notify sends one notification on channel.
 	Notify(ctx context.Context, db *sql.DB, channel string) error

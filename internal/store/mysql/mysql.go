@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"strings"
 	"time"
 
@@ -252,12 +251,7 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 	return out, nil
 }
 
-// lockBuckets is how many rows the locks table holds (made by the migration):
-// aggregates are hashed into them, and two aggregates in one bucket serialize
-// their writers, harmlessly.
-const lockBuckets = 1 << 16
-
-// LockAggregates locks each key's row of the locks table, in ascending order,
+// LockAggregates locks each key's row of the locks table (store.Buckets), in ascending order,
 // with SELECT ... FOR UPDATE: a record lock on an existing row (no gap lock,
 // unlike an insert of a missing key), held until the transaction ends, so a
 // second writer of the aggregate waits for the first.
@@ -265,12 +259,7 @@ func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int6
 	if len(keys) == 0 {
 		return nil
 	}
-	b := make([]int64, len(keys))
-	for i, k := range keys {
-		b[i] = int64(uint64(k) % lockBuckets)
-	}
-	slices.Sort(b)
-	b = slices.Compact(b)
+	b := store.Buckets(keys)
 	got, err := store.Column[int64](ctx, x, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+placeholders(len(b))+`) ORDER BY k FOR UPDATE`, anys(b)...)
 	if err != nil {
 		return err

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"slices"
 	"testing/fstest"
 	"time"
 
@@ -141,20 +140,25 @@ func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
 type outbox struct {
 	t      ident.Table
 	insert [2][2]string // by [several events][returning tokens]
+	lockQ  string
 }
 
 func newOutbox(t ident.Table) *outbox {
 	o := &outbox{t: t}
-	// Each insert first takes the shared epoch lock of its table (see epochs),
-	// so that a relay can tell when every row inserted before a moment has
-	// committed or rolled back; and its available_at is the time of the insert
-	// (not the transaction's start), which the hook's path makes just before
-	// the commit.
+	o.lockQ = `SELECT k FROM ` + t.Derived("_locks").Quoted() + ` WHERE k = ANY($1::bigint[]) ORDER BY k FOR UPDATE`
+	// The first insert of a transaction into the table first takes the
+	// table's shared epoch lock (see Positions), so that a relay can tell when
+	// every row inserted before a moment has committed or rolled back; each
+	// row's available_at is the time of its insert (not the transaction's
+	// start), which the hook's path makes just before the commit. created_at
+	// is that time too, not the column's default (now(), the transaction's
+	// start): the oldest pending age counts from the write, as on every
+	// database.
 	head := `WITH herald_epoch AS MATERIALIZED (SELECT ` + epochLockSQL(t) + `)
-INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, available_at) `
+INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at) `
 	rows := [2]string{
-		`SELECT $1::uuid, $2::text, $3::int, $4::text, $5::text, $6::text, $7::jsonb, $8::jsonb, $9::timestamptz, clock_timestamp() FROM herald_epoch`,
-		`SELECT u.*, clock_timestamp() FROM herald_epoch, unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[]) AS u`,
+		`SELECT $1::uuid, $2::text, $3::int, $4::text, $5::text, $6::text, $7::jsonb, $8::jsonb, $9::timestamptz, clock_timestamp(), clock_timestamp() FROM herald_epoch`,
+		`SELECT u.*, clock_timestamp(), clock_timestamp() FROM herald_epoch, unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[]) AS u`,
 	}
 	// Returning, per inserted row, its id, the 32-bit id of the (sub)transaction
 	// that inserted it (xmin) and the current top-level full transaction id, from
@@ -176,6 +180,8 @@ func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
 	return exists(ctx, x, o.t.Quoted())
 }
 
+// Create creates, when missing, what the migrations make for the write path:
+// the outbox (0001) and the aggregate locks table, filled (0006).
 func (o *outbox) Create(ctx context.Context, x store.Execer) error {
 	return schema.CreateOutbox(ctx, x, o.t)
 }
@@ -308,23 +314,28 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 	return out, nil
 }
 
-// LockAggregates takes pg_advisory_xact_lock on each key, in ascending order.
+// LockAggregates locks each key's row of the locks table (store.Buckets),
+// in ascending order (FOR UPDATE applies after ORDER BY), until the
+// transaction ends: a second writer of the aggregate waits for the first.
+// Row locks take no entry in the server's shared lock table, unlike an
+// advisory lock per key, which a transaction writing thousands of
+// aggregates would exhaust for every session.
 func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int64) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	keys = slices.Clone(keys)
-	slices.Sort(keys)
-	keys = slices.Compact(keys)
-	var err error
-	if len(keys) == 1 {
-		_, err = x.ExecContext(ctx, `SELECT pg_advisory_xact_lock($1)`, keys[0])
-	} else {
-		// unnest yields the (sorted) array in order, and the aggregate takes the
-		// locks in the order the scan yields them.
-		_, err = x.ExecContext(ctx, `SELECT count(pg_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k`, keys)
+	b := store.Buckets(keys)
+	n, err := store.Affected(ctx, x, o.lockQ, b)
+	if err != nil {
+		if IsTableMissing(err) {
+			return fmt.Errorf("%w: %s (migration 0006): %w", store.ErrTableMissing, o.t.Derived("_locks"), err)
+		}
+		return err
 	}
-	return err
+	if n != int64(len(b)) {
+		return fmt.Errorf("postgres: %d of %d aggregate lock rows missing in %s (run the migrations)", int64(len(b))-n, len(b), o.t.Derived("_locks"))
+	}
+	return nil
 }
 
 // Abort raises an error in x's transaction: PostgreSQL then rolls it back at

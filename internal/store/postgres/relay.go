@@ -4,9 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"fmt"
-	"hash/fnv"
 	"math"
 	"slices"
 	"strings"
@@ -565,36 +563,57 @@ func (l leases) Leave(ctx context.Context, x store.Execer, instance string) erro
 
 type waker struct{}
 
-// Listen takes a connection from db, LISTENs on channel and calls wake for
-// each notification (and once on start, for what was committed meanwhile),
-// until ctx is done or the connection fails. The session stays in LISTEN, so
-// the connection is never given back to the pool.
+// Listen opens a connection of its own, outside db's pool (with the
+// configuration of db's pgx connections), LISTENs on channel and calls wake
+// for each notification (and once on start, for what was committed
+// meanwhile), until ctx is done or the connection fails; then it closes the
+// connection. A session in LISTEN is never given back, so it takes none of
+// the application's pool: a pool of one connection keeps it for the saves.
 func (waker) Listen(ctx context.Context, db *sql.DB, channel string, wake func()) error {
-	conn, err := db.Conn(ctx)
+	cfg, err := connConfig(ctx, db)
 	if err != nil {
 		return err
 	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("listen: connect: %w", err)
+	}
 	defer func() {
-		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		_ = conn.Close()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Close(cctx)
 	}()
 	// Quoted: LISTEN folds an unquoted name to lower case, pg_notify does not.
-	if _, err := conn.ExecContext(ctx, `LISTEN `+ident.Name(channel).Quoted()); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+ident.Name(channel).Quoted()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	wake()
-	return conn.Raw(func(dc any) error {
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			return err
+		}
+		wake()
+	}
+}
+
+// connConfig returns the pgx configuration db's connections are made with,
+// read from one of its connections (given back at once).
+func connConfig(ctx context.Context, db *sql.DB) (*pgx.ConnConfig, error) {
+	c, err := db.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = c.Close() }()
+	var cfg *pgx.ConnConfig
+	err = c.Raw(func(dc any) error {
 		pc, ok := dc.(*stdlib.Conn)
 		if !ok {
 			return fmt.Errorf("listen: driver connection is %T, not pgx", dc)
 		}
-		for {
-			if _, err := pc.Conn().WaitForNotification(ctx); err != nil {
-				return err
-			}
-			wake()
-		}
+		cfg = pc.Conn().Config()
+		return nil
 	})
+	return cfg, err
 }
 
 // Notify sends pg_notify(channel) from a connection of db, outside any
@@ -614,12 +633,17 @@ func (waker) Notify(ctx context.Context, db *sql.DB, channel string) error {
 //
 // The position must never pass a row that may still become due below it. The
 // rows a writer inserts become visible at its commit, which may come long
-// after the insert took its seq and available_at: epochs cover these. Every
-// insert first takes, for its transaction, a shared advisory lock keyed by
-// the table and by its epoch (the 10 ms slice of the database's clock it runs
-// in), and its available_at is the time after that (clock_timestamp()); a
-// claim reads pg_locks now and then and learns the frontier: the start of the
-// oldest epoch still locked, or, with none, the time it looked. Every row
+// after the insert took its seq and available_at: epochs cover these. The
+// first insert of a transaction into the table first takes, for the
+// transaction, a shared advisory lock keyed by the table's oid and by its
+// epoch (the 10 ms slice of the database's clock it runs in), and its
+// available_at is the time after that (clock_timestamp()); the transaction's
+// later inserts take none (a transaction-local setting says it holds one):
+// their rows come after that epoch's start, which its lock holds the
+// frontier at, so a transaction holds one epoch lock per outbox table
+// however long it writes. A claim reads pg_locks now and then and learns the
+// frontier: the start of the oldest epoch still locked on this table, or,
+// with none, the time it looked. Every row
 // inserted with an available_at before the frontier, and every row whose seq
 // was taken before it, has committed or rolled back by then, so a claim that
 // begins later sees it. A writer that read its epoch before that time and
@@ -1015,34 +1039,38 @@ func (p *position) lowerOrdered(found []seqPart) {
 // quoteLiteral quotes s as an SQL string literal.
 func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
-// epochKey is the first key of the table's epoch locks.
-func epochKey(t ident.Table) int32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte("herald.epoch:" + t.Quoted()))
-	return int32(h.Sum32() & 0x7fffffff)
-}
+// tableOID is the table's oid (its identity, whatever schema it is in), as
+// the relation t names in the session's search_path.
+func tableOID(t ident.Table) string { return quoteLiteral(t.Quoted()) + `::regclass::oid` }
 
 // epochNow is the current epoch (10 ms) by the database's clock.
 const epochNow = `floor(extract(epoch FROM clock_timestamp()) * 100)::bigint`
 
-// epochLockSQL takes the shared lock of the current epoch for the
-// transaction.
+// epochLockSQL takes, for the transaction, the shared lock of the current
+// epoch keyed by the table's oid, unless the transaction (or the
+// subtransaction it is in) took one on this table already: only its first
+// epoch lock is needed (see Positions), and a transaction-local setting
+// remembers it. A ROLLBACK TO SAVEPOINT releases a lock taken after the
+// savepoint and reverts the setting with it. It yields one row.
 func epochLockSQL(t ident.Table) string {
-	return fmt.Sprintf(`pg_advisory_xact_lock_shared(%d, (%s %% 2147483648)::int)`, epochKey(t), epochNow)
+	return fmt.Sprintf(`CASE WHEN coalesce(current_setting(k.name, true), '') = ''
+    THEN set_config(k.name, '1', true) || pg_advisory_xact_lock_shared(k.key, (%s %% 2147483648)::int)::text END
+  FROM (SELECT 'herald.epoch_' || c.oid AS name, (c.oid::bigint - (c.oid::bigint >> 31 << 32))::int AS key
+    FROM (SELECT %s AS oid) c) k`, epochNow, tableOID(t))
 }
 
 // frontierSQL is the frontier: the start of the oldest epoch whose lock a
-// transaction holds, or the time it looked when none does. Epochs are
-// compared modulo 2^31 (248 days); one newer than the clock read counts as
-// current.
+// transaction holds on this table, or the time it looked when none does.
+// Epochs are compared modulo 2^31 (248 days); one newer than the clock read
+// counts as current.
 func frontierSQL(t ident.Table) string {
 	return fmt.Sprintf(`(SELECT CASE WHEN count(a.age) = 0 THEN c.t
     ELSE to_timestamp((c.e - max(CASE WHEN a.age > 1073741824 THEN 0 ELSE a.age END))::float8 / 100) END
   FROM (SELECT clock_timestamp() AS t, %s AS e) c
   LEFT JOIN LATERAL (SELECT ((c.e %% 2147483648) - l.objid::bigint + 2147483648) %% 2147483648 AS age
-    FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = %d::oid AND l.objsubid = 2
+    FROM pg_locks l WHERE l.locktype = 'advisory' AND l.classid = %s AND l.objsubid = 2
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())) a ON true
-  GROUP BY c.t, c.e)`, epochNow, epochKey(t))
+  GROUP BY c.t, c.e)`, epochNow, tableOID(t))
 }
 
 // Retention by partition drop (store.PartitionRetention).
@@ -1075,8 +1103,8 @@ func (r *relay) partitionName(start time.Time) ident.Table {
 	return r.t.Derived("_p" + start.UTC().Format("20060102t150405"))
 }
 
-// partitionLockTimeout bounds the wait for the table lock a partition drop
-// takes: writers and claims queue behind it meanwhile.
+// partitionLockTimeout bounds the wait for the table lock a partition's
+// creation or drop takes: writers and claims queue behind it meanwhile.
 const partitionLockTimeout = 200 * time.Millisecond
 
 func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error) {
@@ -1103,10 +1131,10 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 		}
 		// Fails while the default partition holds events of this range
 		// (an application clock far ahead): they are cleaned there, row by
-		// row, and the range is created once they are gone.
-		if _, e := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+name.Quoted()+` PARTITION OF `+r.t.Quoted()+
-			` FOR VALUES FROM (`+quoteLiteral(start.UTC().Format(time.RFC3339Nano))+`) TO (`+
-			quoteLiteral(start.Add(interval).UTC().Format(time.RFC3339Nano))+`)`); e != nil {
+		// row, and the range is created once they are gone. Fails too when
+		// the outbox's lock is not had within partitionLockTimeout (a
+		// reader holds the table): retried at the next round.
+		if e := r.createPartition(ctx, db, name, start, start.Add(interval)); e != nil {
 			keep(fmt.Errorf("create partition %s: %w", name, e))
 			continue
 		}
@@ -1146,20 +1174,50 @@ WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'D
 	return created, dropped, err
 }
 
+// lockTimeoutTx begins a transaction whose lock waits give up after
+// partitionLockTimeout: DDL that takes a strong lock of the outbox at run
+// time queues behind any reader of the table (a pg_dump), and every writer
+// queues behind it meanwhile, so it waits briefly and is tried again later.
+func lockTimeoutTx(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, partitionLockTimeout.Milliseconds())); err != nil {
+		_ = tx.Rollback()
+		return nil, err
+	}
+	return tx, nil
+}
+
+// createPartition creates the partition name for the range [from, to),
+// waiting at most partitionLockTimeout for the outbox's ACCESS EXCLUSIVE
+// lock that CREATE TABLE ... PARTITION OF takes.
+func (r *relay) createPartition(ctx context.Context, db *sql.DB, name ident.Table, from, to time.Time) error {
+	tx, err := lockTimeoutTx(ctx, db)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS `+name.Quoted()+` PARTITION OF `+r.t.Quoted()+
+		` FOR VALUES FROM (`+quoteLiteral(from.UTC().Format(time.RFC3339Nano))+`) TO (`+
+		quoteLiteral(to.UTC().Format(time.RFC3339Nano))+`)`); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
 // dropPartition drops the partition (its name as regclass text) if it holds
 // no pending or dead event and none published within olderThan: in one
 // transaction, under an ACCESS EXCLUSIVE lock of the whole outbox (so that no
 // event can be written to it or made pending between the look and the drop),
 // which it waits for at most partitionLockTimeout.
 func (r *relay) dropPartition(ctx context.Context, db *sql.DB, name string, olderThan time.Duration) (bool, error) {
-	tx, err := db.BeginTx(ctx, nil)
+	tx, err := lockTimeoutTx(ctx, db)
 	if err != nil {
 		return false, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, partitionLockTimeout.Milliseconds())); err != nil {
-		return false, err
-	}
 	if _, err := tx.ExecContext(ctx, `LOCK TABLE `+r.t.Quoted()+` IN ACCESS EXCLUSIVE MODE`); err != nil {
 		return false, err
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/drivers"
@@ -51,6 +52,7 @@ var relayTests = []namedTest{
 	{"OutageRecoveryMakesRetriesDue", testRelayOutageRecoveryMakesRetriesDue},
 	{"PermanentRefusalIsVisible", testRelayPermanentRefusalIsVisible},
 	{"Stats", testRelayStats},
+	{"OldestPendingAgeFromTheWrite", testRelayOldestPendingAgeFromTheWrite},
 	{"RetentionAndCleanup", testRelayRetentionAndCleanup},
 	{"ShutdownIsBounded", testRelayShutdownIsBounded},
 }
@@ -1127,6 +1129,34 @@ func testRelayStats(t *testing.T, dl testkit.Dialect) {
 	eventually(t, 10*time.Second, "the refused event, once accepted", func() bool { return stats().Pending == 0 })
 	if s := stats(); s.Failing != 0 || s.Dead != 1 || s.OldestPending != 0 {
 		t.Fatalf("after the refusal: %+v; want nothing pending or failing, 1 dead, no oldest age", s)
+	}
+}
+
+// The oldest pending age counts from the event's write (its insert, by the
+// database's clock), not from the start of the transaction that wrote it: an
+// event saved at the end of a transaction open for 3s, and committed, is a
+// moment old. Before, PostgreSQL's created_at was the transaction's start
+// (DEFAULT now()) and the event reported 3s.
+func testRelayOldestPendingAgeFromTheWrite(t *testing.T, dl testkit.Dialect) {
+	e := newRelayEnv(t, dl)
+	r := e.relay(nil, testkit.MustNotPublish{T: t}, relay.Config{})
+	const open = 3 * time.Second
+	must(t, e.db.Transaction(func(tx *gorm.DB) error {
+		// The transaction starts with a statement (PostgreSQL's now() is then
+		// its start; SQLite's and MySQL's take their snapshot).
+		var n int64
+		if err := tx.Model(&Account{}).Count(&n).Error; err != nil {
+			return err
+		}
+		time.Sleep(open)
+		a := &Account{ID: uuid.New()}
+		a.Record(Deposited{AccountID: a.ID})
+		return tx.Create(a).Error
+	}))
+	s, err := r.Stats(context.Background())
+	must(t, err)
+	if s.Pending != 1 || s.OldestPending > open/2 {
+		t.Fatalf("right after the commit: %d pending, the oldest %v old; want 1, well under the %v the transaction was open", s.Pending, s.OldestPending, open)
 	}
 }
 
