@@ -254,9 +254,12 @@ func TestMigrateAndSelfCreationAgree(t *testing.T) {
 				if got := schemaOf(t, d, alone); !slices.Equal(got, want) {
 					t.Fatalf("self-creation after Migrate changed the schema:\n%s", diff(got, want))
 				}
-				applied, err := migrations.Applied(context.Background(), d.Open(t, alone, nil))
+				adb := d.Open(t, alone, nil)
+				applied, err := migrations.Applied(context.Background(), adb)
 				testkit.Must(t, err)
-				migs, err := store.Migrations(migrations.Postgres())
+				fsys, err := migrations.For(adb)
+				testkit.Must(t, err)
+				migs, err := store.Migrations(fsys)
 				testkit.Must(t, err)
 				if len(applied) != len(migs) {
 					t.Fatalf("recorded %v", applied)

@@ -70,10 +70,13 @@ func TestLeastPrivilegeWriter(t *testing.T) {
 	admin := pgtest.Admin(t)
 	ddl, err := fs.ReadFile(migrations.Postgres(), "0001_outbox_messages.up.sql")
 	must(t, err)
+	locks, err := fs.ReadFile(migrations.Postgres(), "0006_aggregate_locks.up.sql")
+	must(t, err)
 	role := pgtest.Name("herald_writer_")
 	for _, q := range []string{
 		`SET search_path = ` + schema,
 		string(ddl),
+		string(locks),
 		`CREATE TABLE orders (id uuid PRIMARY KEY, status text)`,
 		`CREATE ROLE ` + role + ` LOGIN`,
 		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
@@ -105,9 +108,8 @@ func TestLeastPrivilegeWriter(t *testing.T) {
 
 // An outbox made before migration 0006 (its statements only from 0001) gets
 // the aggregate locks table, filled, at db.Use, and the writers of an
-// aggregate take its rows. A role that may not create it still registers the
-// plugin and saves events of plain aggregates; a write that needs the locks
-// fails with ErrTableMissing.
+// aggregate take its rows. A role that may not create it is refused at
+// db.Use with ErrSchemaOutdated naming the migration.
 func TestAggregateLocksTableAddedToAnExistingOutbox(t *testing.T) {
 	t.Parallel()
 	schema, dsn := pgtest.Schema(t)
@@ -144,13 +146,10 @@ func TestAggregateLocksTableAddedToAnExistingOutbox(t *testing.T) {
 	}
 
 	writer := pgtest.OpenDSN(t, strings.Replace(dsn, "postgres@", role+"@", 1), nil)
-	must(t, writer.Use(outboxhook.New(outboxhook.Config{}))) // may not create it: not an error yet
-	if err := add(writer); !errors.Is(err, outboxhook.ErrTableMissing) {
-		t.Fatalf("a write that locks an aggregate without the locks table: %v; want ErrTableMissing", err)
+	if err := writer.Use(outboxhook.New(outboxhook.Config{})); !errors.Is(err, outboxhook.ErrSchemaOutdated) ||
+		!strings.Contains(err.Error(), "0006_aggregate_locks") {
+		t.Fatalf("db.Use by a role that may not create the locks table: %v; want ErrSchemaOutdated naming 0006", err)
 	}
-	must(t, writer.Transaction(func(tx *gorm.DB) error {
-		return outboxhook.Add(tx, OrderPlaced{OrderID: uuid.New()}) // no aggregate: no lock
-	}))
 
 	owner := pgtest.OpenDSN(t, dsn, nil)
 	must(t, owner.Use(outboxhook.New(outboxhook.Config{})))
