@@ -2,7 +2,6 @@ package outboxhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -23,19 +22,16 @@ func (p *Plugin) encode(rec events.Record, ctxMD events.Metadata) (encodedEvent,
 	if err != nil {
 		return encodedEvent{}, fmt.Errorf("%w %s (%s): %w", ErrEncode, rec.ID, typ, err)
 	}
-	if len(payload) > p.cfg.MaxPayloadBytes {
-		return encodedEvent{}, fmt.Errorf("%w: event %s (%s) is %d bytes, limit %d",
-			ErrPayloadTooLarge, rec.ID, typ, len(payload), p.cfg.MaxPayloadBytes)
+	if err := p.checkPayload(payload, rec.ID, typ); err != nil {
+		return encodedEvent{}, err
 	}
-	md := []byte("{}")
 	if p.cfg.EventMetadata != nil {
 		ctxMD = ctxMD.Merge(p.cfg.EventMetadata(rec.Event))
 	}
 	merged := ctxMD.Merge(rec.Metadata)
-	if len(merged) > 0 {
-		if md, err = json.Marshal(merged); err != nil {
-			return encodedEvent{}, fmt.Errorf("%w %s (%s) metadata: %w", ErrEncode, rec.ID, typ, err)
-		}
+	md, err := p.encodeMetadata(merged, rec.ID, typ)
+	if err != nil {
+		return encodedEvent{}, err
 	}
 	return encodedEvent{payload: payload, metadata: md, md: merged, version: events.VersionOf(rec.Event), typ: typ}, nil
 }
