@@ -12,7 +12,9 @@ var (
 	// refused on every database alike: a payload that is not JSON or not
 	// UTF-8, or that holds \u0000 or an unpaired surrogate escape (which
 	// PostgreSQL's jsonb refuses); a metadata key or value with a NUL byte or
-	// invalid UTF-8. The error names the field.
+	// invalid UTF-8; a type, topic, aggregate type or aggregate id with a NUL
+	// byte, invalid UTF-8 or more than [MaxFieldLength] characters. The error
+	// names the field.
 	ErrEncode = errors.New("outboxhook: cannot encode event")
 	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayloadBytes,
 	// or encoded metadata over the smaller of Config.MaxPayloadBytes and

@@ -51,7 +51,13 @@ func (b *batch) add(env events.Envelope, enc encodedEvent) {
 
 // insertBatch inserts b through pool and returns how many rows it inserted
 // (rows that exist are left alone); with tokens, also what Settle needs later.
+// It writes nothing when an event's text columns cannot be stored (checkFields).
 func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch, tokens bool) (int64, map[uuid.UUID]int64, error) {
+	for i := range b.evs {
+		if err := checkFields(&b.evs[i]); err != nil {
+			return 0, nil, err
+		}
+	}
 	n, toks, err := p.out.Insert(ctx, pool, b.evs, tokens)
 	if err != nil {
 		if errors.Is(err, store.ErrTableMissing) {

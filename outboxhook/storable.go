@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // MaxMetadataBytes is the largest encoded metadata (JSON) an event may carry,
@@ -19,6 +20,11 @@ import (
 // TEXT column holds. Metadata over the smaller of the two fails the save with
 // [ErrPayloadTooLarge].
 const MaxMetadataBytes = 65535
+
+// MaxFieldLength is the most characters an event's type, topic, aggregate
+// type and aggregate id may have: 255, what MySQL's and MariaDB's
+// VARCHAR(255) columns hold.
+const MaxFieldLength = 255
 
 // MaxPayloadLimit is the largest Config.MaxPayloadBytes accepted: 32 MiB. A
 // PostgreSQL jsonb value holds at most 255 MiB in its binary form, which can
@@ -133,4 +139,21 @@ func (p *Plugin) encodeMetadata(md events.Metadata, id uuid.UUID, typ string) ([
 			ErrPayloadTooLarge, id, typ, len(b), limit)
 	}
 	return b, nil
+}
+
+// checkFields checks the text columns of e (type, topic, aggregate type and
+// id): each stored as given on every database, within [MaxFieldLength]
+// characters ([ErrEncode]).
+func checkFields(e *store.Event) error {
+	for _, f := range [...]struct{ name, v string }{
+		{"type", e.Type}, {"topic", e.Topic}, {"aggregate type", e.AggregateType}, {"aggregate id", e.AggregateID},
+	} {
+		if err := storableText(f.v); err != nil {
+			return fmt.Errorf("%w %s: %s %w", ErrEncode, e.ID, f.name, err)
+		}
+		if n := utf8.RuneCountInString(f.v); n > MaxFieldLength {
+			return fmt.Errorf("%w %s: %s is %d characters, at most %d", ErrEncode, e.ID, f.name, n, MaxFieldLength)
+		}
+	}
+	return nil
 }

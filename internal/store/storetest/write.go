@@ -1179,6 +1179,13 @@ func testTraceContextStored(t *testing.T, dl testkit.Dialect) {
 	}
 }
 
+// Named is an event whose type is its Name.
+type Named struct {
+	Name string `json:"-"`
+}
+
+func (n Named) EventType() string { return n.Name }
+
 // NotJSON is a codec that does not produce JSON, against the Codec contract.
 type NotJSON struct{}
 
@@ -1215,6 +1222,10 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 		{"invalid UTF-8 in metadata", md("k", "a\xffb"), DocEvent{}, outboxhook.ErrEncode},
 		{"metadata one byte over MariaDB's TEXT", md("k", atLimit+"m"), DocEvent{}, outboxhook.ErrPayloadTooLarge},
 		{"200 KB of metadata", md("k", strings.Repeat("m", 200<<10)), DocEvent{}, outboxhook.ErrPayloadTooLarge},
+		// The text columns: VARCHAR(255) on MariaDB.
+		{"type of 256 characters", bg, Named{strings.Repeat("é", 256)}, outboxhook.ErrEncode},
+		{"NUL in type", bg, Named{"a\x00b"}, outboxhook.ErrEncode},
+		{"invalid UTF-8 in type", bg, Named{"a\xffb"}, outboxhook.ErrEncode},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			o := NewOrder()
@@ -1226,23 +1237,29 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 	}
 	for _, c := range []struct {
 		name    string
+		topic   string
 		payload string
 		md      message.Metadata
 		target  error
 	}{
-		{"message payload with \\u0000", `{"a":"x\u0000"}`, nil, outboxhook.ErrEncode},
-		{"message payload with a lone high surrogate", `{"a":"\ud800"}`, nil, outboxhook.ErrEncode},
-		{"message payload with a lone low surrogate", `{"a":"\udc00x"}`, nil, outboxhook.ErrEncode},
-		{"message payload with invalid UTF-8", "{\"a\":\"\xff\"}", nil, outboxhook.ErrEncode},
-		{"message metadata with NUL", `{}`, message.Metadata{"k": "\x00"}, outboxhook.ErrEncode},
-		{"message metadata with invalid UTF-8", `{}`, message.Metadata{"k": "\xc3"}, outboxhook.ErrEncode},
-		{"200 KB of message metadata", `{}`, message.Metadata{"k": strings.Repeat("m", 200<<10)}, outboxhook.ErrPayloadTooLarge},
+		{"message payload with \\u0000", "out", `{"a":"x\u0000"}`, nil, outboxhook.ErrEncode},
+		{"message payload with a lone high surrogate", "out", `{"a":"\ud800"}`, nil, outboxhook.ErrEncode},
+		{"message payload with a lone low surrogate", "out", `{"a":"\udc00x"}`, nil, outboxhook.ErrEncode},
+		{"message payload with invalid UTF-8", "out", "{\"a\":\"\xff\"}", nil, outboxhook.ErrEncode},
+		{"message metadata with NUL", "out", `{}`, message.Metadata{"k": "\x00"}, outboxhook.ErrEncode},
+		{"message metadata with invalid UTF-8", "out", `{}`, message.Metadata{"k": "\xc3"}, outboxhook.ErrEncode},
+		{"200 KB of message metadata", "out", `{}`, message.Metadata{"k": strings.Repeat("m", 200<<10)}, outboxhook.ErrPayloadTooLarge},
+		{"NUL in topic", "a\x00b", `{}`, nil, outboxhook.ErrEncode},
+		{"topic of 256 characters", strings.Repeat("t", 256), `{}`, nil, outboxhook.ErrEncode},
+		{"invalid UTF-8 in aggregate id", "out", `{}`, message.Metadata{events.MetaType: "x", events.MetaAggregateID: "\xff"}, outboxhook.ErrEncode},
+		{"aggregate type of 256 characters", "out", `{}`, message.Metadata{events.MetaType: "x", events.MetaAggregateType: strings.Repeat("t", 256)}, outboxhook.ErrEncode},
+		{"NUL in aggregate id", "out", `{}`, message.Metadata{events.MetaType: "x", events.MetaAggregateID: "\x00"}, outboxhook.ErrEncode},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			m := message.NewMessage(uuid.NewString(), []byte(c.payload))
 			m.Metadata = c.md
-			wantErrIs(t, outboxhook.AddMessages(db, "out", m), c.target)
-			err := db.Transaction(func(tx *gorm.DB) error { return outboxhook.AddMessages(tx, "out", m) })
+			wantErrIs(t, outboxhook.AddMessages(db, c.topic, m), c.target)
+			err := db.Transaction(func(tx *gorm.DB) error { return outboxhook.AddMessages(tx, c.topic, m) })
 			wantErrIs(t, err, c.target)
 			nothingWritten(t)
 		})
@@ -1267,7 +1284,9 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 	pair := message.NewMessage(uuid.NewString(), []byte(`{"a":"\ud83d\ude00"}`))
 	pair.Metadata = message.Metadata{"k": "\u202e\x1b[2J ünïcode"}
 	must(t, outboxhook.AddMessages(db, "out", pair))
-	rows := wantTypes(t, db, "order.placed", "doc.changed", "big", "message")[1:]
+	longest := strings.Repeat("é", 255)
+	must(t, outboxhook.Add(db, Named{longest}))
+	rows := wantTypes(t, db, "order.placed", "doc.changed", "big", "message", longest)[1:]
 	if got := decode(t, rows[0].Payload)["Note"]; got != `\u0000` {
 		t.Errorf("payload note = %q", got)
 	}
