@@ -41,9 +41,7 @@ type Config struct {
 	// MaxPayloadBytes is the largest encoded payload accepted, at most
 	// [MaxPayloadLimit]; it bounds the encoded metadata too, with
 	// [MaxMetadataBytes]. A larger payload or metadata fails the save with
-	// [ErrPayloadTooLarge], on every database alike. Defaults to 1 MiB. (On
-	// MySQL and MariaDB a statement must also fit the server's
-	// max_allowed_packet, 16 MiB by default on MariaDB.)
+	// [ErrPayloadTooLarge], on every database alike. Defaults to 1 MiB.
 	MaxPayloadBytes int
 	// DisableAutoCreate, when true, never creates the outbox table: it must exist
 	// (run the migration in outboxhook/migrations), and a save fails with

@@ -26,10 +26,12 @@ const MaxMetadataBytes = 65535
 // VARCHAR(255) columns hold.
 const MaxFieldLength = 255
 
-// MaxPayloadLimit is the largest Config.MaxPayloadBytes accepted: 32 MiB. A
-// PostgreSQL jsonb value holds at most 255 MiB in its binary form, which can
-// take six times the bytes of the JSON text ("[0,0,...]").
-const MaxPayloadLimit = 32 << 20
+// MaxPayloadLimit is the largest Config.MaxPayloadBytes accepted: 8 MiB, so
+// that an event fits on every database with its default settings: half of
+// MariaDB's max_allowed_packet (16 MiB), which bounds one value of a
+// statement, and well within what a PostgreSQL jsonb value holds (255 MiB in
+// its binary form, which can take six times the bytes of the JSON text).
+const MaxPayloadLimit = 8 << 20
 
 // storableJSON reports why data, an encoded payload, cannot be stored alike on
 // every database: it is not JSON, not UTF-8 (PostgreSQL and MySQL refuse it,

@@ -60,6 +60,7 @@ var writeTests = []namedTest{
 	{"SavepointRolledBackInHook", testSavepointRolledBackInHook},
 	{"BadInput", testBadInput},
 	{"UnstorableInput", testUnstorableInput},
+	{"PayloadAtMaxLimit", testPayloadAtMaxLimit},
 	{"FailureAfterWriteAbortsCallersTransaction", testFailureAfterWriteAbortsCallersTransaction},
 	{"EmptyAggregateID", testEmptyAggregateID},
 	{"TableMissingWithoutAutoCreate", testTableMissingWithoutAutoCreate},
@@ -1301,5 +1302,17 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 	}
 	if got := rows[2].Metadata["k"]; got != "\u202e\x1b[2J ünïcode" {
 		t.Errorf("message metadata = %q", got)
+	}
+}
+
+// A payload of the largest size MaxPayloadBytes may be set to is stored on
+// every database with its default settings (MariaDB's max_allowed_packet,
+// 16 MiB, refused one of 32 MiB).
+func testPayloadAtMaxLimit(t *testing.T, dl testkit.Dialect) {
+	db := setup(t, dl, outboxhook.Config{MaxPayloadBytes: outboxhook.MaxPayloadLimit}, nil)
+	full := Big{Data: strings.Repeat("x", outboxhook.MaxPayloadLimit-len(`{"Data":""}`))}
+	must(t, outboxhook.Add(db, full))
+	if got := decode(t, wantTypes(t, db, "big")[0].Payload)["Data"]; got != full.Data {
+		t.Fatal("the payload came back changed")
 	}
 }
