@@ -127,7 +127,7 @@ func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 			return fail(fmt.Errorf("%w: two messages have id %s", ErrDuplicateID, env.ID))
 		}
 		seen[env.ID] = true
-		if err := p.checkPayload(env.Payload, env.ID, env.Type); err != nil {
+		if err := p.checkPayload(env.Payload, env.ID, env.Type, false); err != nil {
 			return fail(fmt.Errorf("message %s: %w", m.UUID, err))
 		}
 		md, err := p.encodeMetadata(env.Metadata, env.ID, env.Type)

@@ -22,7 +22,8 @@ func (p *Plugin) encode(rec events.Record, ctxMD events.Metadata) (encodedEvent,
 	if err != nil {
 		return encodedEvent{}, fmt.Errorf("%w %s (%s): %w", ErrEncode, rec.ID, typ, err)
 	}
-	if err := p.checkPayload(payload, rec.ID, typ); err != nil {
+	_, stdJSON := p.cfg.Codec.(events.JSON)
+	if err := p.checkPayload(payload, rec.ID, typ, stdJSON); err != nil {
 		return encodedEvent{}, err
 	}
 	if p.cfg.EventMetadata != nil {

@@ -37,8 +37,9 @@ const MaxPayloadLimit = 8 << 20
 // every database: it is not JSON, not UTF-8 (PostgreSQL and MySQL refuse it,
 // SQLite keeps it), or it holds an escape PostgreSQL's jsonb refuses and the
 // others keep: \u0000, or a surrogate escape that is not half of a pair.
-func storableJSON(data []byte) error {
-	if !json.Valid(data) {
+// With syntaxOK (encoding/json wrote data) the syntax is not checked again.
+func storableJSON(data []byte, syntaxOK bool) error {
+	if !syntaxOK && !json.Valid(data) {
 		return errors.New("is not JSON")
 	}
 	if !utf8.Valid(data) {
@@ -104,13 +105,14 @@ func storableText(s string) error {
 
 // checkPayload checks the encoded payload of event id of type typ: JSON that
 // every database stores alike ([ErrEncode]), within Config.MaxPayloadBytes
-// ([ErrPayloadTooLarge]).
-func (p *Plugin) checkPayload(payload []byte, id uuid.UUID, typ string) error {
+// ([ErrPayloadTooLarge]). With syntaxOK (encoding/json wrote it, which checks
+// what MarshalJSON methods return) its JSON syntax is taken as valid.
+func (p *Plugin) checkPayload(payload []byte, id uuid.UUID, typ string, syntaxOK bool) error {
 	if len(payload) > p.cfg.MaxPayloadBytes {
 		return fmt.Errorf("%w: event %s (%s) is %d bytes, limit %d",
 			ErrPayloadTooLarge, id, typ, len(payload), p.cfg.MaxPayloadBytes)
 	}
-	if err := storableJSON(payload); err != nil {
+	if err := storableJSON(payload, syntaxOK); err != nil {
 		return fmt.Errorf("%w %s (%s): payload %w", ErrEncode, id, typ, err)
 	}
 	return nil
