@@ -94,7 +94,8 @@ const DefaultMessageType = "message"
 // whose id is already in the outbox, fail with [ErrDuplicateID]: nothing is
 // dropped silently. A message keeps its Herald metadata (type, version,
 // aggregate, occurred_at; type DefaultMessageType when absent) and its other
-// metadata. Its payload must be JSON. Other errors are those of Add.
+// metadata. Its payload must be JSON that every database stores as given (see
+// [ErrEncode]). Other errors are those of Add.
 func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 	p, ok := tx.Config.Plugins[Name].(*Plugin)
 	if !ok {

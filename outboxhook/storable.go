@@ -90,9 +90,10 @@ func hex4(h []byte) rune {
 	return r
 }
 
-// storableText reports why s, a metadata key or value, cannot be stored as
-// given on every database: a NUL byte (PostgreSQL refuses it), or invalid
-// UTF-8 (which encoding/json would silently replace).
+// storableText reports why s, a metadata key or value or a text column,
+// cannot be stored as given on every database: a NUL byte (PostgreSQL
+// refuses it), or invalid UTF-8 (PostgreSQL and MySQL refuse it; in metadata
+// encoding/json would silently replace it).
 func storableText(s string) error {
 	if strings.IndexByte(s, 0) >= 0 {
 		return errors.New("holds a NUL byte, which PostgreSQL cannot store")
