@@ -1,7 +1,6 @@
 package outboxhook
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -95,7 +94,8 @@ const DefaultMessageType = "message"
 // whose id is already in the outbox, fail with [ErrDuplicateID]: nothing is
 // dropped silently. A message keeps its Herald metadata (type, version,
 // aggregate, occurred_at; type DefaultMessageType when absent) and its other
-// metadata. Its payload must be JSON. Other errors are those of Add.
+// metadata. Its payload must be JSON that every database stores as given (see
+// [ErrEncode]). Other errors are those of Add.
 func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 	p, ok := tx.Config.Plugins[Name].(*Plugin)
 	if !ok {
@@ -128,18 +128,14 @@ func AddMessages(tx *gorm.DB, topic string, msgs ...*message.Message) error {
 			return fail(fmt.Errorf("%w: two messages have id %s", ErrDuplicateID, env.ID))
 		}
 		seen[env.ID] = true
-		enc := encodedEvent{payload: env.Payload, version: env.Version, typ: env.Type, metadata: []byte("{}")}
-		if !json.Valid(env.Payload) {
-			return fail(fmt.Errorf("%w: message %s: payload is not JSON", ErrEncode, m.UUID))
+		if err := p.checkPayload(env.Payload, env.ID, env.Type, false); err != nil {
+			return fail(fmt.Errorf("message %s: %w", m.UUID, err))
 		}
-		if len(env.Payload) > p.cfg.MaxPayloadBytes {
-			return fail(fmt.Errorf("%w: message %s is %d bytes, limit %d", ErrPayloadTooLarge, m.UUID, len(env.Payload), p.cfg.MaxPayloadBytes))
+		md, err := p.encodeMetadata(env.Metadata, env.ID, env.Type)
+		if err != nil {
+			return fail(fmt.Errorf("message %s: %w", m.UUID, err))
 		}
-		if len(env.Metadata) > 0 {
-			if enc.metadata, err = json.Marshal(env.Metadata); err != nil {
-				return fail(fmt.Errorf("%w: message %s metadata: %w", ErrEncode, m.UUID, err))
-			}
-		}
+		enc := encodedEvent{payload: env.Payload, version: env.Version, typ: env.Type, metadata: md}
 		b.add(env, enc)
 	}
 	n, err := p.insertAdded(tx, &b)

@@ -38,8 +38,10 @@ type Config struct {
 	// Codec encodes payloads; it must produce JSON (the column is jsonb).
 	// Defaults to events.JSON.
 	Codec events.Codec
-	// MaxPayloadBytes is the largest encoded payload accepted; a larger one fails
-	// the save with [ErrPayloadTooLarge]. Defaults to 1 MiB.
+	// MaxPayloadBytes is the largest encoded payload accepted, at most
+	// [MaxPayloadLimit]; it bounds the encoded metadata too, with
+	// [MaxMetadataBytes]. A larger payload or metadata fails the save with
+	// [ErrPayloadTooLarge], on every database alike. Defaults to 1 MiB.
 	MaxPayloadBytes int
 	// DisableAutoCreate, when true, never creates the outbox table: it must exist
 	// (run the migration in outboxhook/migrations), and a save fails with
@@ -78,15 +80,16 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports what is wrong with c after defaults are applied: a table name
-// that is not one or two plain SQL identifiers, or a negative payload limit.
+// that is not one or two plain SQL identifiers, or a payload limit that is
+// negative or over [MaxPayloadLimit].
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
 	if _, err := ident.ParseTable(c.Table); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
-	if c.MaxPayloadBytes < 0 {
-		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, must be positive", c.MaxPayloadBytes))
+	if c.MaxPayloadBytes < 0 || c.MaxPayloadBytes > MaxPayloadLimit {
+		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, must be positive and at most %d", c.MaxPayloadBytes, MaxPayloadLimit))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("outboxhook: invalid config: %w", err)

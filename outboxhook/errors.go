@@ -7,9 +7,18 @@ import "errors"
 // caller opened, left unable to commit): no business row is kept without its events.
 var (
 	// ErrEncode wraps the codec's error for an event that cannot be encoded
-	// (a channel or function field, a NaN float, ...).
+	// (a channel or function field, a NaN float, ...), and is returned for an
+	// event that one of the databases could not store as given, so that it is
+	// refused on every database alike: a payload that is not JSON or not
+	// UTF-8, or that holds \u0000 or an unpaired surrogate escape (which
+	// PostgreSQL's jsonb refuses); a metadata key or value with a NUL byte or
+	// invalid UTF-8; a type, topic, aggregate type or aggregate id with a NUL
+	// byte, invalid UTF-8 or more than [MaxFieldLength] characters. The error
+	// names the field.
 	ErrEncode = errors.New("outboxhook: cannot encode event")
-	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayloadBytes.
+	// ErrPayloadTooLarge is returned for a payload over Config.MaxPayloadBytes,
+	// or encoded metadata over the smaller of Config.MaxPayloadBytes and
+	// [MaxMetadataBytes].
 	ErrPayloadTooLarge = errors.New("outboxhook: payload too large")
 	// ErrEmptyAggregateID is returned when an aggregate has no id at write time.
 	ErrEmptyAggregateID = errors.New("outboxhook: aggregate id is empty")

@@ -2,7 +2,6 @@ package outboxhook
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -23,19 +22,17 @@ func (p *Plugin) encode(rec events.Record, ctxMD events.Metadata) (encodedEvent,
 	if err != nil {
 		return encodedEvent{}, fmt.Errorf("%w %s (%s): %w", ErrEncode, rec.ID, typ, err)
 	}
-	if len(payload) > p.cfg.MaxPayloadBytes {
-		return encodedEvent{}, fmt.Errorf("%w: event %s (%s) is %d bytes, limit %d",
-			ErrPayloadTooLarge, rec.ID, typ, len(payload), p.cfg.MaxPayloadBytes)
+	_, stdJSON := p.cfg.Codec.(events.JSON)
+	if err := p.checkPayload(payload, rec.ID, typ, stdJSON); err != nil {
+		return encodedEvent{}, err
 	}
-	md := []byte("{}")
 	if p.cfg.EventMetadata != nil {
 		ctxMD = ctxMD.Merge(p.cfg.EventMetadata(rec.Event))
 	}
 	merged := ctxMD.Merge(rec.Metadata)
-	if len(merged) > 0 {
-		if md, err = json.Marshal(merged); err != nil {
-			return encodedEvent{}, fmt.Errorf("%w %s (%s) metadata: %w", ErrEncode, rec.ID, typ, err)
-		}
+	md, err := p.encodeMetadata(merged, rec.ID, typ)
+	if err != nil {
+		return encodedEvent{}, err
 	}
 	return encodedEvent{payload: payload, metadata: md, md: merged, version: events.VersionOf(rec.Event), typ: typ}, nil
 }
@@ -55,7 +52,13 @@ func (b *batch) add(env events.Envelope, enc encodedEvent) {
 
 // insertBatch inserts b through pool and returns how many rows it inserted
 // (rows that exist are left alone); with tokens, also what Settle needs later.
+// It writes nothing when an event's text columns cannot be stored (checkFields).
 func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch, tokens bool) (int64, map[uuid.UUID]int64, error) {
+	for i := range b.evs {
+		if err := checkFields(&b.evs[i]); err != nil {
+			return 0, nil, err
+		}
+	}
 	n, toks, err := p.out.Insert(ctx, pool, b.evs, tokens)
 	if err != nil {
 		if errors.Is(err, store.ErrTableMissing) {

@@ -27,6 +27,7 @@ func TestConfigValidate(t *testing.T) {
 		{Table: "a.b.c"},
 		{Table: `x"; DROP TABLE y; --`},
 		{MaxPayloadBytes: -1},
+		{MaxPayloadBytes: 16 << 20}, // over what MariaDB takes in a statement by default
 	} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil", bad)

@@ -124,7 +124,8 @@ type Config struct {
 	// once published, or purged), events whose occurred_at is outside every
 	// range (more than a range ahead of the database's clock, or in a range
 	// already dropped) go to a default partition cleaned row by row, and the
-	// key is (id, occurred_at). Requires Retention > 0. An outbox that is not
+	// key is (id, occurred_at). Requires Retention > 0 and a Table name of
+	// at most 46 bytes (the partitions' names add 17 to it). An outbox that is not
 	// partitioned is cleaned row by row, with a warning. Defaults to false.
 	DropPartitions bool
 	// PartitionInterval is the width of a partition's occurred_at range with
@@ -250,8 +251,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	if _, err := ident.ParseTable(c.Table); err != nil {
+	if t, err := ident.ParseTable(c.Table); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
+	} else if c.DropPartitions {
+		if err := t.CheckPartitioned(); err != nil {
+			errs = append(errs, fmt.Errorf("invalid Table for DropPartitions: %w", err))
+		}
 	}
 	if _, err := ident.ParseName(c.Channel); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Channel: %w", err))

@@ -22,6 +22,9 @@ func TestConfig(t *testing.T) {
 		{MinBackoff: time.Minute, MaxBackoff: time.Second},
 		{Ordered: true, PublishTimeout: 20 * time.Second, LeaseDuration: 30 * time.Second},
 		{Retention: -time.Second},
+		// Its partitions' names would pass PostgreSQL's 63 bytes.
+		{Table: strings.Repeat("t", 47), DropPartitions: true, Retention: time.Hour, PartitionInterval: time.Minute},
+		{Table: "app." + strings.Repeat("t", 49), DropPartitions: true, Retention: time.Hour},
 	}
 	for _, c := range bad {
 		if err := c.Validate(); err == nil {
@@ -31,8 +34,14 @@ func TestConfig(t *testing.T) {
 			t.Errorf("New(%+v) = %v", c, err)
 		}
 	}
-	if err := (relay.Config{}).Validate(); err != nil {
-		t.Fatal(err)
+	for _, good := range []relay.Config{
+		{},
+		{Table: strings.Repeat("t", 46), DropPartitions: true, Retention: time.Hour, PartitionInterval: time.Second},
+		{Table: strings.Repeat("t", 49)}, // not partitioned: its longest derived name is 63 bytes
+	} {
+		if err := good.Validate(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	// 1+2+4+...+256 s, then 5 minutes capped: 511 s + 2×300 s.
 	if h := (relay.Config{}).RetryHorizon(); h != 511*time.Second+600*time.Second {

@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,5 +168,38 @@ func TestPartitionCreationBehindAReader(t *testing.T) {
 	testkit.Must(t, err)
 	if after := partitions(); after <= before {
 		t.Fatalf("%d partitions after the reader left (%d before); want the coming ones created", after, before)
+	}
+}
+
+// The longest table name DropPartitions accepts gets a partition of its own
+// for each range of a one-second interval, and events land in them, not in
+// the default partition; a longer one is refused at New (PostgreSQL would
+// truncate its partitions' names, and neighbouring ranges would collide).
+func TestPartitionNamesFit(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.Schema(t)
+	db := pgtest.OpenDSN(t, dsn, nil)
+	cfg := relay.Config{Retention: time.Hour, DropPartitions: true, PartitionInterval: time.Second, Logger: quietLogger()}
+	cfg.Table = strings.Repeat("t", 47)
+	if _, err := relay.New(db, newGoChannel(), cfg); err == nil {
+		t.Fatalf("a %d-byte table accepted for partitions", len(cfg.Table))
+	}
+	cfg.Table = strings.Repeat("t", 46)
+	r, err := relay.New(db, newGoChannel(), cfg)
+	testkit.Must(t, err)
+	testkit.Must(t, r.Setup(context.Background()))
+	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Table: cfg.Table})))
+	var names []string
+	testkit.Must(t, db.Raw(`SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
+WHERE i.inhparent = ?::regclass ORDER BY 1`, cfg.Table).Scan(&names).Error)
+	if len(names) < 4 { // the default and the ranges around now, one each
+		t.Fatalf("partitions %v", names)
+	}
+	testkit.Must(t, outboxhook.Add(db, Deposited{AccountID: uuid.New(), Seq: 1}))
+	var inDefault, all int64
+	testkit.Must(t, db.Raw(`SELECT count(*) FROM `+cfg.Table+`_default`).Scan(&inDefault).Error)
+	testkit.Must(t, db.Raw(`SELECT count(*) FROM `+cfg.Table).Scan(&all).Error)
+	if all != 1 || inDefault != 0 {
+		t.Fatalf("%d events, %d in the default partition (partitions %v)", all, inDefault, names)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"time"
 )
 
 // MaxLen is the longest identifier accepted, PostgreSQL's limit (63 bytes); a
@@ -17,8 +18,20 @@ import (
 const MaxLen = 63
 
 // maxSuffix is the longest suffix Herald derives names with
-// ("_aggregate_idx"), so that every derived name stays within MaxLen.
+// ("_aggregate_idx"), so that every derived name stays within MaxLen. The
+// names of partitions are longer: see [Table.CheckPartitioned].
 const maxSuffix = len("_aggregate_idx")
+
+// partitionLayout formats the UTC start of a partition's range in its name.
+const partitionLayout = "20060102t150405"
+
+// partitionSuffix is the length of the suffix of a partition's name: "_p"
+// and the start of its range.
+const partitionSuffix = len("_p") + len(partitionLayout)
+
+// MaxPartitionedLen is the longest name of a table Herald partitions
+// (46 bytes), so that the names of its partitions stay within MaxLen.
+const MaxPartitionedLen = MaxLen - partitionSuffix
 
 var plain = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
@@ -99,4 +112,21 @@ func (t Table) Quoted() string {
 // the table's name followed by suffix ("_leases", "_pending_idx").
 func (t Table) Derived(suffix string) Table {
 	return Table{Schema: t.Schema, Name: t.Name + Name(suffix)}
+}
+
+// Partition returns the name of t's range partition starting at start: t's
+// name followed by "_p" and the start in UTC ("outbox_p20240131t000000"). It
+// is within MaxLen when t passes CheckPartitioned.
+func (t Table) Partition(start time.Time) Table {
+	return t.Derived("_p" + start.UTC().Format(partitionLayout))
+}
+
+// CheckPartitioned reports an error when t's name is too long for the names
+// of its partitions (longer than MaxPartitionedLen): PostgreSQL would
+// truncate them, and partitions of neighbouring ranges would collide.
+func (t Table) CheckPartitioned() error {
+	if len(t.Name) > MaxPartitionedLen {
+		return fmt.Errorf("table %q: a partitioned table's name must be at most %d bytes, leaving room for its partitions' names", t, MaxPartitionedLen)
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package ident_test
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
 )
@@ -31,5 +32,27 @@ func TestParseTable(t *testing.T) {
 	}
 	if _, err := ident.ParseName(strings.Repeat("x", 64)); err == nil {
 		t.Error("64-byte name accepted")
+	}
+}
+
+// The longest partitioned table name leaves room for its partitions' names,
+// and one byte more does not: PostgreSQL would truncate the names, and the
+// partitions of neighbouring ranges (sub-hour intervals) would collide.
+func TestPartitionNamesFit(t *testing.T) {
+	longest := ident.MustTable("app." + strings.Repeat("t", ident.MaxPartitionedLen))
+	if err := longest.CheckPartitioned(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2024, 12, 31, 23, 59, 59, 0, time.FixedZone("x", 3600))
+	p := longest.Partition(start)
+	if len(p.Name) != ident.MaxLen || p.Schema != "app" || !strings.HasSuffix(string(p.Name), "_p20241231t225959") {
+		t.Fatalf("partition %s (%d bytes)", p, len(p.Name))
+	}
+	if _, err := ident.ParseName(string(p.Name)); err != nil {
+		t.Fatal(err)
+	}
+	over := ident.MustTable(strings.Repeat("t", ident.MaxPartitionedLen+1)) // a plain table may be longer
+	if err := over.CheckPartitioned(); err == nil {
+		t.Fatalf("%d-byte partitioned table accepted", len(over.Name))
 	}
 }

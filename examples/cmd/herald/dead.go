@@ -67,12 +67,12 @@ func (c *cli) printDead(evs []admin.DeadEvent) {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	_, _ = fmt.Fprintln(tw, "ID\tTYPE\tAGGREGATE\tATTEMPTS\tSTRIKES\tDIED\tLAST ERROR")
 	for _, e := range evs {
-		agg := e.Aggregate()
+		agg := printable(e.Aggregate())
 		if agg == "" {
 			agg = "-"
 		}
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", e.ID, e.Type, agg, e.Attempts, e.Strikes,
-			e.DeadAt.Format("2006-01-02 15:04:05Z"), clip(100, e.LastError))
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", printable(e.ID), printable(e.Type), agg, e.Attempts, e.Strikes,
+			e.DeadAt.Format("2006-01-02 15:04:05Z"), printable(clip(100, e.LastError)))
 	}
 	_ = tw.Flush()
 }
@@ -109,20 +109,20 @@ Shows one dead event: its envelope, attempts, last error, metadata and payload.`
 		c.printJSON(e)
 		return exitOK
 	}
-	agg := e.Aggregate()
+	agg := printable(e.Aggregate())
 	if agg == "" {
 		agg = "none"
 	}
-	c.printf("id:           %s\n", e.ID)
-	c.printf("type:         %s (version %d)\n", e.Type, e.Version)
-	c.printf("topic:        %s\n", e.Topic)
+	c.printf("id:           %s\n", printable(e.ID))
+	c.printf("type:         %s (version %d)\n", printable(e.Type), e.Version)
+	c.printf("topic:        %s\n", printable(e.Topic))
 	c.printf("aggregate:    %s\n", agg)
 	c.printf("occurred at:  %s\n", e.OccurredAt.Format(time.RFC3339Nano))
 	c.printf("attempts:     %d (%d strikes)\n", e.Attempts, e.Strikes)
 	c.printf("died at:      %s\n", e.DeadAt.Format(time.RFC3339Nano))
-	c.printf("last error:   %s\n", strings.ReplaceAll(e.LastError, "\n", "\n              "))
-	c.printf("metadata:\n%s\n", indent(e.Metadata))
-	c.printf("payload:\n%s\n", indent(e.Payload))
+	c.printf("last error:   %s\n", printableLines(e.LastError, "              "))
+	c.printf("metadata:\n%s\n", printableLines(indent(e.Metadata), ""))
+	c.printf("payload:\n%s\n", printableLines(indent(e.Payload), ""))
 	return exitOK
 }
 

@@ -203,13 +203,13 @@ func (c *cli) usageError(err error) int {
 	if c.cmd != "" && c.cmd != "dead" {
 		help = "herald " + c.cmd + " --help"
 	}
-	_, _ = fmt.Fprintf(c.stderr, "%s: %s (see %s)\n", c.name(), oneLine(err.Error()), help)
+	_, _ = fmt.Fprintf(c.stderr, "%s: %s (see %s)\n", c.name(), printable(oneLine(err.Error())), help)
 	return exitUsage
 }
 
 // fail reports a failure and returns exitFailed.
 func (c *cli) fail(err error) int {
-	_, _ = fmt.Fprintf(c.stderr, "%s: %s\n", c.name(), oneLine(strings.TrimPrefix(err.Error(), "admin: ")))
+	_, _ = fmt.Fprintf(c.stderr, "%s: %s\n", c.name(), printable(oneLine(strings.TrimPrefix(err.Error(), "admin: "))))
 	return exitFailed
 }
 

@@ -6,9 +6,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	mysqldriver "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
@@ -562,3 +565,82 @@ func (e *env) stamp(id uuid.UUID, column string, d time.Duration) {
 }
 
 func (e *env) fail(id uuid.UUID) { testkit.FailEvent(e.t, e.db, id) }
+
+// Values from the database that a terminal would act on (an escape sequence
+// that clears the screen, a carriage return that hides what came before, a
+// bidi override that reorders what follows, a C1 control, a NUL, bytes that
+// are not UTF-8) are printed escaped in the human output, every row shown;
+// --json keeps them exact.
+func TestHostileValuesEscaped(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		e := newEnv(t, d, true)
+		hostile := "a\x1b[2J\rb\u202ec\u009bd"
+		escaped := `a\x1b[2J\rb\u202ec\u009bd`
+		if d.Name == "sqlite" { // what the others cannot store
+			hostile += "\x00e\xff"
+			escaped += `\x00e\xff`
+		}
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"})
+		for _, col := range []string{"type", "topic", "aggregate_type", "aggregate_id"} {
+			testkit.Must(t, testkit.SetOutboxColumn(e.db, ids[0], col, hostile))
+		}
+		testkit.Must(t, testkit.SetOutboxColumn(e.db, ids[0], "payload", `{"note":"`+"\u202eevil\u009b"+`"}`))
+		e.kill(ids[0], time.Hour, hostile+"\nsecond line")
+		e.kill(ids[1], time.Minute, "plain")
+
+		clean := func(args []string, out string) {
+			t.Helper()
+			for i, r := range out {
+				if r == utf8.RuneError || (r != '\n' && !strconv.IsPrint(r)) {
+					t.Fatalf("herald %s: byte %d is %q:\n%s", strings.Join(args, " "), i, r, out)
+				}
+			}
+		}
+		args := []string{"dead", "list"}
+		out := e.must(exitOK, args...)
+		clean(args, out)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 3 || !strings.Contains(lines[1], ids[0].String()+"  "+escaped+"  "+escaped+" "+escaped) ||
+			!strings.HasPrefix(lines[2], ids[1].String()) {
+			t.Fatalf("dead list:\n%s", out)
+		}
+		args = []string{"dead", "show", ids[0].String()}
+		out = e.must(exitOK, args...)
+		clean(args, out)
+		for _, want := range []string{"type:         " + escaped + " (version 1)", "topic:        " + escaped,
+			"aggregate:    " + escaped + " " + escaped, "last error:   " + escaped + "\n              second line",
+			`"note": "\u202eevil\u009b"`} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("dead show lacks %q:\n%s", want, out)
+			}
+		}
+		args = []string{"status", "--max-age", "0"}
+		code, out, errs := e.run(args...)
+		clean(args, out)
+		if code != exitUnhealthy || errs != "" || !strings.Contains(out, "\n"+escaped+"  ") {
+			t.Fatalf("status: exit %d, stderr %q:\n%s", code, errs, out)
+		}
+
+		// JSON is exact (JSON has no way to carry bytes that are not UTF-8).
+		exact := strings.ToValidUTF8(hostile, "\uFFFD")
+		var evs []admin.DeadEvent
+		testkit.Must(t, json.Unmarshal([]byte(e.must(exitOK, "dead", "list", "--json")), &evs))
+		if len(evs) != 2 || evs[0].Type != exact || evs[0].AggregateID != exact || evs[0].AggregateType != exact ||
+			evs[0].LastError != exact+"\nsecond line" {
+			t.Fatalf("dead list --json: %+v", evs)
+		}
+		var one admin.DeadEvent
+		testkit.Must(t, json.Unmarshal([]byte(e.must(exitOK, "dead", "show", "--json", ids[0].String())), &one))
+		var payload map[string]string
+		testkit.Must(t, json.Unmarshal(one.Payload, &payload))
+		if one.Topic != exact || payload["note"] != "\u202eevil\u009b" {
+			t.Fatalf("dead show --json: %+v", one)
+		}
+		var s admin.Status
+		_, out, _ = e.run("status", "--json")
+		testkit.Must(t, json.Unmarshal([]byte(out), &s))
+		if len(s.Topics) == 0 || !slices.ContainsFunc(s.Topics, func(f admin.Figures) bool { return f.Topic == exact }) {
+			t.Fatalf("status --json: %+v", s.Topics)
+		}
+	})
+}

@@ -51,7 +51,7 @@ pending event older than --max-age (for cron and health checks).`)
 }
 
 func (c *cli) printStatus(s admin.Status) {
-	c.printf("%s on %s, %s\n\n", s.Table, s.Database, s.At.Format("2006-01-02 15:04:05Z"))
+	c.printf("%s on %s, %s\n\n", printable(s.Table), printable(s.Database), s.At.Format("2006-01-02 15:04:05Z"))
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	head := []string{"TOPIC", "PENDING", "FAILING", "DEAD", "OLDEST PENDING"}
 	if s.RetainsPublished {
@@ -70,7 +70,7 @@ func (c *cli) printStatus(s admin.Status) {
 		_, _ = fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	for _, f := range s.Topics {
-		row(f.Topic, f)
+		row(printable(f.Topic), f)
 	}
 	row("total", s.Total)
 	_ = tw.Flush()
@@ -78,6 +78,6 @@ func (c *cli) printStatus(s admin.Status) {
 	if s.Healthy {
 		c.printf("healthy\n")
 	} else {
-		c.printf("unhealthy: %s\n", strings.Join(s.Problems, "; "))
+		c.printf("unhealthy: %s\n", printable(strings.Join(s.Problems, "; ")))
 	}
 }

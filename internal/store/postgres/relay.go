@@ -1098,11 +1098,6 @@ func (r *relay) CleanupDefault(ctx context.Context, db *sql.DB, olderThan time.D
 	return lockedDelete(ctx, db, "herald.cleanup:", r.t, r.q.cleanupDefault, float64(olderThan.Milliseconds()), limit)
 }
 
-// partitionName names the partition of the range starting at start.
-func (r *relay) partitionName(start time.Time) ident.Table {
-	return r.t.Derived("_p" + start.UTC().Format("20060102t150405"))
-}
-
 // partitionLockTimeout bounds the wait for the table lock a partition's
 // creation or drop takes: writers and claims queue behind it meanwhile.
 const partitionLockTimeout = 200 * time.Millisecond
@@ -1120,7 +1115,7 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 	base := now.Truncate(interval)
 	for k := -1; k <= 2; k++ {
 		start := base.Add(time.Duration(k) * interval)
-		name := r.partitionName(start)
+		name := r.t.Partition(start)
 		ok, e := exists(ctx, db, name.Quoted())
 		if e != nil {
 			keep(e)

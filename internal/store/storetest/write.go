@@ -61,6 +61,8 @@ var writeTests = []namedTest{
 	{"MixedCaseTable", testMixedCaseTable},
 	{"SavepointRolledBackInHook", testSavepointRolledBackInHook},
 	{"BadInput", testBadInput},
+	{"UnstorableInput", testUnstorableInput},
+	{"PayloadAtMaxLimit", testPayloadAtMaxLimit},
 	{"FailureAfterWriteAbortsCallersTransaction", testFailureAfterWriteAbortsCallersTransaction},
 	{"EmptyAggregateID", testEmptyAggregateID},
 	{"TableMissingWithoutAutoCreate", testTableMissingWithoutAutoCreate},
@@ -1321,5 +1323,142 @@ func testTraceContextStored(t *testing.T, dl testkit.Dialect) {
 		if i == 3 && len(md) != 0 {
 			t.Fatalf("metadata without a span = %v", md)
 		}
+	}
+}
+
+// Named is an event whose type is its Name.
+type Named struct {
+	Name string `json:"-"`
+}
+
+func (n Named) EventType() string { return n.Name }
+
+// NotJSON is a codec that does not produce JSON, against the Codec contract.
+type NotJSON struct{}
+
+func (NotJSON) Marshal(events.Event) ([]byte, error) { return []byte("not json"), nil }
+func (NotJSON) Unmarshal([]byte, any) error          { return errors.New("not json") }
+
+// Input that one of the databases cannot store (a NUL character, which
+// PostgreSQL's jsonb refuses; metadata larger than MariaDB's TEXT column;
+// invalid UTF-8, which PostgreSQL and MariaDB refuse) fails the save on every
+// database alike, with a Herald error, and writes nothing; input at the limits
+// is stored, unchanged, on every database.
+func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
+	const mdLimit = 65535 // outboxhook.MaxMetadataBytes: MariaDB's TEXT column
+	db := setup(t, dl, outboxhook.Config{}, nil)
+	bg := context.Background()
+	md := func(k, v string) context.Context { return events.WithMetadata(bg, events.Metadata{k: v}) }
+	nothingWritten := func(t *testing.T) {
+		t.Helper()
+		if count(t, db, "orders") != 0 || count(t, db, "outbox_messages") != 0 {
+			t.Fatal("written despite the error")
+		}
+	}
+	// The metadata {"k":"..."} is 8 bytes and the value.
+	atLimit := strings.Repeat("m", mdLimit-8)
+	for _, c := range []struct {
+		name   string
+		ctx    context.Context
+		event  events.Event
+		target error
+	}{
+		{"NUL in payload", bg, DocEvent{Note: "a\x00b"}, outboxhook.ErrEncode},
+		{"NUL in metadata value", md("k", "a\x00b"), DocEvent{}, outboxhook.ErrEncode},
+		{"NUL in metadata key", md("k\x00", "v"), DocEvent{}, outboxhook.ErrEncode},
+		{"invalid UTF-8 in metadata", md("k", "a\xffb"), DocEvent{}, outboxhook.ErrEncode},
+		{"metadata one byte over MariaDB's TEXT", md("k", atLimit+"m"), DocEvent{}, outboxhook.ErrPayloadTooLarge},
+		{"200 KB of metadata", md("k", strings.Repeat("m", 200<<10)), DocEvent{}, outboxhook.ErrPayloadTooLarge},
+		// The text columns: VARCHAR(255) on MariaDB.
+		{"type of 256 characters", bg, Named{strings.Repeat("é", 256)}, outboxhook.ErrEncode},
+		{"NUL in type", bg, Named{"a\x00b"}, outboxhook.ErrEncode},
+		{"invalid UTF-8 in type", bg, Named{"a\xffb"}, outboxhook.ErrEncode},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := NewOrder()
+			o.Record(c.event)
+			wantErrIs(t, db.WithContext(c.ctx).Create(o).Error, c.target)
+			wantErrIs(t, outboxhook.Add(db.WithContext(c.ctx), c.event), c.target)
+			nothingWritten(t)
+		})
+	}
+	for _, c := range []struct {
+		name    string
+		topic   string
+		payload string
+		md      message.Metadata
+		target  error
+	}{
+		{"message payload with \\u0000", "out", `{"a":"x\u0000"}`, nil, outboxhook.ErrEncode},
+		{"message payload with a lone high surrogate", "out", `{"a":"\ud800"}`, nil, outboxhook.ErrEncode},
+		{"message payload with a lone low surrogate", "out", `{"a":"\udc00x"}`, nil, outboxhook.ErrEncode},
+		{"message payload with invalid UTF-8", "out", "{\"a\":\"\xff\"}", nil, outboxhook.ErrEncode},
+		{"message metadata with NUL", "out", `{}`, message.Metadata{"k": "\x00"}, outboxhook.ErrEncode},
+		{"message metadata with invalid UTF-8", "out", `{}`, message.Metadata{"k": "\xc3"}, outboxhook.ErrEncode},
+		{"200 KB of message metadata", "out", `{}`, message.Metadata{"k": strings.Repeat("m", 200<<10)}, outboxhook.ErrPayloadTooLarge},
+		{"NUL in topic", "a\x00b", `{}`, nil, outboxhook.ErrEncode},
+		{"topic of 256 characters", strings.Repeat("t", 256), `{}`, nil, outboxhook.ErrEncode},
+		{"invalid UTF-8 in aggregate id", "out", `{}`, message.Metadata{events.MetaType: "x", events.MetaAggregateID: "\xff"}, outboxhook.ErrEncode},
+		{"aggregate type of 256 characters", "out", `{}`, message.Metadata{events.MetaType: "x", events.MetaAggregateType: strings.Repeat("t", 256)}, outboxhook.ErrEncode},
+		{"NUL in aggregate id", "out", `{}`, message.Metadata{events.MetaType: "x", events.MetaAggregateID: "\x00"}, outboxhook.ErrEncode},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := message.NewMessage(uuid.NewString(), []byte(c.payload))
+			m.Metadata = c.md
+			wantErrIs(t, outboxhook.AddMessages(db, c.topic, m), c.target)
+			err := db.Transaction(func(tx *gorm.DB) error { return outboxhook.AddMessages(tx, c.topic, m) })
+			wantErrIs(t, err, c.target)
+			nothingWritten(t)
+		})
+	}
+
+	t.Run("not JSON from the codec", func(t *testing.T) {
+		db := setup(t, dl, outboxhook.Config{Codec: NotJSON{}}, nil)
+		o := NewOrder()
+		o.Record(DocEvent{})
+		wantErrIs(t, db.Create(o).Error, outboxhook.ErrEncode)
+		if count(t, db, "orders") != 0 || count(t, db, "outbox_messages") != 0 {
+			t.Fatal("written despite the error")
+		}
+	})
+
+	// At the limits, and what only looks like a NUL: stored, unchanged, everywhere.
+	o := NewOrder()
+	o.Record(DocEvent{Note: `\u0000`}) // a backslash and five characters
+	must(t, db.WithContext(md("k", atLimit)).Create(o).Error)
+	full := Big{Data: strings.Repeat("x", outboxhook.DefaultMaxPayloadBytes-len(`{"Data":""}`))}
+	must(t, outboxhook.Add(db, full))
+	pair := message.NewMessage(uuid.NewString(), []byte(`{"a":"\ud83d\ude00"}`))
+	pair.Metadata = message.Metadata{"k": "\u202e\x1b[2J ünïcode"}
+	must(t, outboxhook.AddMessages(db, "out", pair))
+	longest := strings.Repeat("é", 255)
+	must(t, outboxhook.Add(db, Named{longest}))
+	rows := wantTypes(t, db, "order.placed", "doc.changed", "big", "message", longest)[1:]
+	if got := decode(t, rows[0].Payload)["Note"]; got != `\u0000` {
+		t.Errorf("payload note = %q", got)
+	}
+	if got := rows[0].Metadata["k"]; got != atLimit {
+		t.Errorf("metadata at the limit came back %d bytes", len(got))
+	}
+	if got := decode(t, rows[1].Payload)["Data"]; got != full.Data {
+		t.Errorf("payload at the limit came back changed")
+	}
+	if got := decode(t, rows[2].Payload)["a"]; got != "\U0001F600" {
+		t.Errorf("surrogate pair payload = %q", got)
+	}
+	if got := rows[2].Metadata["k"]; got != "\u202e\x1b[2J ünïcode" {
+		t.Errorf("message metadata = %q", got)
+	}
+}
+
+// A payload of the largest size MaxPayloadBytes may be set to is stored on
+// every database with its default settings (MariaDB's max_allowed_packet,
+// 16 MiB, refused one of 32 MiB).
+func testPayloadAtMaxLimit(t *testing.T, dl testkit.Dialect) {
+	db := setup(t, dl, outboxhook.Config{MaxPayloadBytes: outboxhook.MaxPayloadLimit}, nil)
+	full := Big{Data: strings.Repeat("x", outboxhook.MaxPayloadLimit-len(`{"Data":""}`))}
+	must(t, outboxhook.Add(db, full))
+	if got := decode(t, wantTypes(t, db, "big")[0].Payload)["Data"]; got != full.Data {
+		t.Fatal("the payload came back changed")
 	}
 }
