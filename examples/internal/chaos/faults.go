@@ -235,7 +235,7 @@ func (f *faults) refuse() error {
 	time.Sleep(f.refuseFor)
 	var waiting int64
 	_ = f.q.Raw(`SELECT count(*) FROM outbox_messages WHERE topic = ?
-		AND processed_at IS NULL AND dead_at IS NULL AND last_error = ?`, f.env.topics[len(f.env.topics)-1], errRefused.Error()).Row().Scan(&waiting)
+		AND processed_at IS NULL AND dead_at IS NULL AND last_error LIKE ?`, f.env.topics[len(f.env.topics)-1], refusedPrefix+"%").Row().Scan(&waiting)
 	f.slow.Store(false)
 	f.refusalsN.Add(1)
 	f.refusedWaiting.Add(waiting)

@@ -34,6 +34,17 @@
 // A server's URL (postgres://..., mysql://user:pass@host:port) may stand for
 // the name.
 //
+// The host's faults (issue 19), each behind a flag: -long-tx keeps one
+// writer's transaction open for a long time, writing thousands of events over
+// thousands of new accounts; -hold-every makes a reader hold the outbox as
+// pg_dump does; -operator-every requeues and purges dead events through the
+// admin API; -pause-every stops a relay process (SIGSTOP) for 1.5 leases and
+// resumes it; -relay-pool gives the relays a small connection pool;
+// -partitions (PostgreSQL) runs the relays with retention by partition drop
+// on 2s ranges. The relays' publisher errors always carry a NUL byte and
+// invalid UTF-8. The writers' saves are timed (-judge-saves fails the run on
+// one slower than -slow-save).
+//
 // At the end it checks every committed event's effect happened exactly once
 // (the poisoned excepted), no event of a rolled-back transaction was ever
 // seen, per-aggregate order in the streams was never violated, the dead events
@@ -44,6 +55,8 @@
 //	go run ./examples/internal/chaos -duration 30s -outages 1 -kill-every 3s   # CI's short run
 //	go run ./examples/internal/chaos -poison 5            # and 5 events that must die
 //	go run ./examples/internal/chaos -db sqlite           # on SQLite (or -db mysql)
+//	go run ./examples/internal/chaos -duration 30s -outages 1 -kill-every 3s -poison 3 \
+//	  -long-tx 10s -hold-every 5s -operator-every 2s -pause-every 8s -relay-pool 1 -judge-saves   # the host's faults
 package main
 
 import (

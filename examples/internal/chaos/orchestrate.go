@@ -24,6 +24,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/inbox"
@@ -111,6 +112,7 @@ type options struct {
 	db, dbServer                                      string        // the database's kind, and its server (empty: the default)
 	poll                                              time.Duration // the relays' PollInterval
 	unordered                                         bool          // relays in unordered mode: order is not promised
+	host                                              hostOptions
 }
 
 func parseOptions(args []string) (options, error) {
@@ -137,12 +139,24 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.relay.maxBackoff, "max-backoff", time.Second, "the relays' MaxBackoff")
 	fs.DurationVar(&o.relay.publishTimeout, "publish-timeout", 300*time.Millisecond, "the relays' PublishTimeout: a publish to a stopped broker hangs this long")
 	fs.DurationVar(&o.relay.lease, "lease", 3*time.Second, "the relays' LeaseDuration (at least 3 PublishTimeouts): it bounds a batch, and so how often a relay retries during an outage")
+	fs.DurationVar(&o.host.longTx, "long-tx", 0, "a writer keeps one transaction open this long (at most 2/5 of -duration), writing ten new accounts with ten events each every 100ms (0: none)")
+	fs.DurationVar(&o.host.holdEvery, "hold-every", 0, "about how often a reader holds the outbox as pg_dump does (PostgreSQL: ACCESS SHARE lock; MySQL: a consistent snapshot; SQLite: a read transaction) (0: never)")
+	fs.DurationVar(&o.host.holdFor, "hold-for", 2*time.Second, "how long the reader holds the outbox")
+	fs.DurationVar(&o.host.operator, "operator-every", 0, "an operator requeues (all, by type, by id) or purges dead events through the admin API this often, during the first 3/5 of the run (0: never)")
+	fs.DurationVar(&o.host.pauseEvery, "pause-every", 0, "about how often a relay process is stopped (SIGSTOP) for 1.5 leases and then resumed (0: never)")
+	fs.IntVar(&o.host.relayPool, "relay-pool", 0, "the relays' connection pool size (MaxOpenConns; 0: unlimited, SQLite 1)")
+	fs.BoolVar(&o.host.partitions, "partitions", false, "PostgreSQL: relays keep published events 3s and drop whole partitions of 2s ranges (DropPartitions), maintained every second")
+	fs.DurationVar(&o.host.slowSave, "slow-save", time.Second, "a writer's save slower than this counts as held back")
+	fs.BoolVar(&o.host.judgedSaves, "judge-saves", false, "fail the run when a writer's save is slower than -slow-save")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
 	var err error
 	if o.db, o.dbServer, err = parseDB(*dbFlag); err != nil {
 		return o, err
+	}
+	if o.host.partitions && o.db != postgresDB {
+		return o, errors.New("-partitions: PostgreSQL only")
 	}
 	if o.poll == 0 {
 		o.poll = dialects[o.db].poll
@@ -231,6 +245,16 @@ func orchestrate(args []string) (bool, error) {
 	case !errors.Is(err, relay.ErrNoNotify):
 		return false, err
 	}
+	if o.host.partitions {
+		// The outbox partitioned, before the hook would make it plain.
+		r, err := relay.New(db, nopPublisher{}, partitionedConfig(relay.Config{Logger: quiet()}))
+		if err != nil {
+			return false, err
+		}
+		if err := r.Setup(ctx); err != nil {
+			return false, err
+		}
+	}
 	if err := db.Use(outboxhook.New(hcfg)); err != nil {
 		return false, err
 	}
@@ -301,7 +325,8 @@ func orchestrate(args []string) (bool, error) {
 				cmd := exec.Command(self, c.role)
 				ce := e
 				ce.id = c.id
-				cmd.Env = append(os.Environ(), append(ce.vars(), fmt.Sprintf("CHAOS_CRASH_ONE_IN=%d", o.crashOneIn), fmt.Sprintf("CHAOS_UNORDERED=%t", o.unordered))...)
+				cmd.Env = append(os.Environ(), append(ce.vars(), fmt.Sprintf("CHAOS_CRASH_ONE_IN=%d", o.crashOneIn), fmt.Sprintf("CHAOS_UNORDERED=%t", o.unordered),
+					fmt.Sprintf("CHAOS_RELAY_POOL=%d", o.host.relayPool), fmt.Sprintf("CHAOS_PARTITIONS=%t", o.host.partitions))...)
 				cmd.Stderr = os.Stderr
 				c.mu.Lock()
 				if stopping.Load() || cmd.Start() != nil {
@@ -333,11 +358,35 @@ func orchestrate(args []string) (bool, error) {
 	// Writers.
 	writeCtx, stopWriting := context.WithTimeout(ctx, o.dur)
 	defer stopWriting()
+	saves := &saveStats{}
 	var ww sync.WaitGroup
 	for w := range o.writers {
 		mine := accs[w*len(accs)/o.writers : (w+1)*len(accs)/o.writers]
-		ww.Go(func() { writer(writeCtx, db, mine, led, f, o.writeRate, o.writers) })
+		ww.Go(func() { writer(writeCtx, db, mine, led, f, saves, o) })
 	}
+
+	// The host's faults.
+	h := &host{o: o.host, kind: dbase.kind, db: db, q: q, led: led}
+	for _, c := range children {
+		if c.role == "relay" {
+			h.relays = append(h.relays, c)
+		}
+	}
+	if o.host.operator > 0 {
+		if h.adm, err = admin.Open(ctx, q, admin.Config{Channel: "chaos"}); err != nil {
+			return false, err
+		}
+	}
+	opCtx, stopOperator := context.WithTimeout(writeCtx, o.dur*3/5)
+	defer stopOperator()
+	// The long transaction begins after the sessions are cut (2/5 of the run).
+	ww.Go(func() {
+		h.o.longTx = min(h.o.longTx, o.dur*2/5)
+		h.longTransaction(writeCtx, o.dur*9/20)
+	})
+	bg.Go(func() { h.holdLoop(writeCtx) })
+	bg.Go(func() { h.operatorLoop(opCtx) })
+	bg.Go(func() { h.pauseLoop(writeCtx, o.relay.lease) })
 
 	// Faults.
 	var kills, terminated atomic.Int64
@@ -440,7 +489,7 @@ func orchestrate(args []string) (bool, error) {
 		}
 	}
 
-	v, err := judge(q, dl, mon, led, obs)
+	v, err := judge(q, dl, mon, led, obs, h.purged.Load())
 	if err != nil {
 		return false, err
 	}
@@ -449,7 +498,7 @@ func orchestrate(args []string) (bool, error) {
 		// Unordered mode promises no order: shown, not judged.
 		mode, unorderedViolations, v.violations = "unordered", v.violations, 0
 	}
-	ok := v.ok() && drained
+	ok := v.ok() && drained && h.savesOK(saves)
 	fmt.Printf("\nHerald chaos run: %v of faults, 3 %s relays, 2 consumers behind the inbox, NATS JetStream, %s\n\n", o.dur, mode, dbase.kind)
 	fmt.Println("| measure | value |")
 	fmt.Println("|---|---:|")
@@ -494,6 +543,10 @@ func orchestrate(args []string) (bool, error) {
 	if v.dead > 0 {
 		row("dead events: longest from commit to death, most attempts", fmt.Sprintf("%.1fs, %d", v.slowestDeath, v.mostAttempts))
 	}
+	if v.purgedPoison != 0 {
+		row("poisoned events purged by the operator", v.purgedPoison)
+	}
+	h.rows(row, saves)
 	row("drain time after faults stopped", fmt.Sprintf("%.1fs (limit 30s, drained: %v)", drainTime.Seconds(), drained))
 	if ok {
 		inOrder := ", in order,"
@@ -513,7 +566,8 @@ func orchestrate(args []string) (bool, error) {
 // them rolled back, a poisoned event when the faults owe one, slowly during
 // a refusal window, until ctx is done; with a rate, the writers together
 // begin at most rate transactions a second.
-func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *faults, rate, writers int) {
+func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *faults, saves *saveStats, o options) {
+	rate, writers := o.writeRate, o.writers
 	var (
 		every time.Duration // this writer's share of the rate
 		next  = time.Now()
@@ -548,6 +602,7 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 		recs := a.Records()
 		ids := []string{recs[len(recs)-1].ID.String()}
 		rollback := !poison && rand.IntN(10) == 0
+		began := time.Now()
 		err := db.Transaction(func(tx *gorm.DB) error {
 			if err := tx.Save(a).Error; err != nil {
 				return err
@@ -557,6 +612,7 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 			}
 			return nil
 		})
+		saves.add(time.Since(began), o.host.slowSave)
 		if !led.record(ids, err, poison) {
 			if poison {
 				f.poisonDue.Add(1) // owed still
@@ -577,17 +633,21 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 type verdict struct {
 	lost, dupEffects, ghosts, violations, dupDeliveries int
 	dead, deadUnpoisoned, poisonAlive, poisonSeen       int
+	purgedPoison                                        int     // poisoned, dead, and purged by the operator
 	slowestDeath                                        float64 // seconds from commit to death, at most
 	mostAttempts                                        int     // of a dead event
 }
 
 func (v verdict) ok() bool {
 	return v.lost == 0 && v.dupEffects == 0 && v.ghosts == 0 && v.violations == 0 &&
-		v.deadUnpoisoned == 0 && v.poisonAlive == 0 && v.poisonSeen == 0
+		v.deadUnpoisoned == 0 && v.poisonAlive == 0 && v.poisonSeen == 0 && v.purgedPoison >= 0
 }
 
 // judge compares the ledger with the effects, the streams and the dead events.
-func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer) (verdict, error) {
+// A poisoned event that is no longer in the outbox was purged by the
+// operator: no more of them than the operator purged (purged), else
+// purgedPoison is -1.
+func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer, purged int64) (verdict, error) {
 	var v verdict
 	effects, err := countByID(q, `SELECT event_id, count(*) FROM effects GROUP BY event_id`)
 	if err != nil {
@@ -630,9 +690,17 @@ func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer)
 	}
 	for id := range led.poisoned {
 		if dead[id] == 0 {
+			var n int64
+			if purged > 0 && q.Raw(`SELECT count(*) FROM outbox_messages WHERE id = ?`, id).Row().Scan(&n) == nil && n == 0 {
+				v.purgedPoison++
+				continue
+			}
 			v.poisonAlive++
 			describe(q, dl, id)
 		}
+	}
+	if int64(v.purgedPoison) > purged {
+		v.purgedPoison = -1
 	}
 	_ = q.Raw(`SELECT coalesce(max(`+dl.secs("dead_at", "created_at")+`), 0), coalesce(max(attempts), 0)
 		FROM outbox_messages WHERE dead_at IS NOT NULL`).Row().Scan(&v.slowestDeath, &v.mostAttempts)

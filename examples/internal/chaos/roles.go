@@ -124,11 +124,23 @@ func (c crashAfterAck) Publish(topic string, msgs ...*message.Message) error {
 // always refuses: it must end dead, and be the only kind that does.
 const poisonKey = "chaos_poison"
 
-// The errors of the relays' fault injection (refusing).
+// The errors of the relays' fault injection (refusing), with what some
+// brokers' errors carry: a NUL byte and invalid UTF-8 (PostgreSQL's text
+// refuses the one, every database the other). refusedPrefix is how the stored
+// last_error of a refusal begins.
 var (
-	errPoisoned = errors.New("chaos: poisoned event refused")
-	errRefused  = errors.New("chaos: topic refused for a while")
+	errPoisoned = errors.New("chaos: poisoned event refused \x00 \xff\xfe")
+	errRefused  = errors.New(refusedPrefix + " \x00 \xff")
 )
+
+const refusedPrefix = "chaos: topic refused for a while"
+
+// partitionedConfig is cfg with retention by partition drop, quickly: 2s
+// ranges, kept 3s, maintained every second.
+func partitionedConfig(cfg relay.Config) relay.Config {
+	cfg.Retention, cfg.DropPartitions, cfg.PartitionInterval, cfg.CleanupInterval = 3*time.Second, true, 2*time.Second, time.Second
+	return cfg
+}
 
 // refusing is the relays' fault injection in front of the broker: it refuses
 // poisoned events always, and every event of the refused topic during the
@@ -175,6 +187,16 @@ func runRelay(ctx context.Context) error {
 	rcfg := e.relay.config()
 	rcfg.Ordered, rcfg.InstanceID, rcfg.PollInterval = os.Getenv("CHAOS_UNORDERED") != "true", "relay-"+e.id, e.poll
 	rcfg.Channel, rcfg.Logger = "chaos", quiet()
+	if os.Getenv("CHAOS_PARTITIONS") == "true" {
+		rcfg = partitionedConfig(rcfg)
+	}
+	if n, _ := strconv.Atoi(os.Getenv("CHAOS_RELAY_POOL")); n > 0 {
+		s, err := db.DB()
+		if err != nil {
+			return err
+		}
+		s.SetMaxOpenConns(n)
+	}
 	pubs := refusing{Publisher: pub, topic: e.topics[len(e.topics)-1], win: &refusals{file: e.refuseFile}}
 	r, err := relay.New(db, crashAfterAck{pubs, max(oneIn, 1)}, rcfg)
 	if err != nil {
