@@ -359,14 +359,13 @@ func orchestrate(args []string) (bool, error) {
 	writeCtx, stopWriting := context.WithTimeout(ctx, o.dur)
 	defer stopWriting()
 	saves := &saveStats{}
-	var ww sync.WaitGroup
-	for w := range o.writers {
-		mine := accs[w*len(accs)/o.writers : (w+1)*len(accs)/o.writers]
-		ww.Go(func() { writer(writeCtx, db, mine, led, f, saves, o) })
-	}
-
 	// The host's faults.
 	h := &host{o: o.host, kind: dbase.kind, db: db, q: q, led: led}
+	if dbase.kind == sqliteDB {
+		// The long transaction holds SQLite's one write lock: every save
+		// waits for it, by SQLite's design, not Herald's.
+		saves.skip = h.longOpen.Load
+	}
 	for _, c := range children {
 		if c.role == "relay" {
 			h.relays = append(h.relays, c)
@@ -377,6 +376,12 @@ func orchestrate(args []string) (bool, error) {
 			return false, err
 		}
 	}
+	var ww sync.WaitGroup
+	for w := range o.writers {
+		mine := accs[w*len(accs)/o.writers : (w+1)*len(accs)/o.writers]
+		ww.Go(func() { writer(writeCtx, db, mine, led, f, saves, o) })
+	}
+
 	opCtx, stopOperator := context.WithTimeout(writeCtx, o.dur*3/5)
 	defer stopOperator()
 	// The long transaction begins after the sessions are cut (2/5 of the run).
