@@ -142,7 +142,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.host.longTx, "long-tx", 0, "a writer keeps one transaction open this long (at most 2/5 of -duration), writing ten new accounts with ten events each every 100ms (0: none)")
 	fs.DurationVar(&o.host.holdEvery, "hold-every", 0, "about how often a reader holds the outbox as pg_dump does (PostgreSQL: ACCESS SHARE lock; MySQL: a consistent snapshot; SQLite: a read transaction) (0: never)")
 	fs.DurationVar(&o.host.holdFor, "hold-for", 2*time.Second, "how long the reader holds the outbox")
-	fs.DurationVar(&o.host.operator, "operator-every", 0, "an operator requeues (all, by type, by id) or purges dead events through the admin API this often, during the first 3/5 of the run (0: never)")
+	fs.DurationVar(&o.host.operator, "operator-every", 0, "an operator requeues (all, by type, by id) or purges dead events through the admin API this often, during the first 2/5 of the run (requeued poisoned events then have time to die again) (0: never)")
 	fs.DurationVar(&o.host.pauseEvery, "pause-every", 0, "about how often a relay process is stopped (SIGSTOP) for 1.5 leases and then resumed (0: never)")
 	fs.IntVar(&o.host.relayPool, "relay-pool", 0, "the relays' connection pool size (MaxOpenConns; 0: unlimited, SQLite 1)")
 	fs.BoolVar(&o.host.partitions, "partitions", false, "PostgreSQL: relays keep published events 3s and drop whole partitions of 2s ranges (DropPartitions), maintained every second")
@@ -382,7 +382,7 @@ func orchestrate(args []string) (bool, error) {
 		ww.Go(func() { writer(writeCtx, db, mine, led, f, saves, o) })
 	}
 
-	opCtx, stopOperator := context.WithTimeout(writeCtx, o.dur*3/5)
+	opCtx, stopOperator := context.WithTimeout(writeCtx, o.dur*2/5)
 	defer stopOperator()
 	// The long transaction begins after the sessions are cut (2/5 of the run).
 	ww.Go(func() {
