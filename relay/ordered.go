@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -151,6 +152,7 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
+	r.at(relayhook.Claimed, nil)
 	out := &outcome{}
 	var (
 		units []([]*row)
@@ -180,10 +182,18 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 		}
 	}
 	r.publishOrdered(startBy, units, out)
-	tx, err := r.db.BeginTx(bctx, nil)
+	r.at(relayhook.Marks, nil)
+	err = r.marksTx(bctx, out)
+	r.at(relayhook.Done, err)
+	return len(rows), err
+}
+
+// marksTx writes the marks of an ordered batch in a transaction of its own.
+func (r *Relay) marksTx(ctx context.Context, out *outcome) error {
+	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
-		return len(rows), fmt.Errorf("begin marks: %w", err)
+		return fmt.Errorf("begin marks: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	return len(rows), r.commitMarks(bctx, tx, out)
+	return r.commitMarks(ctx, tx, out)
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
@@ -126,6 +127,7 @@ func (e *evidence) confirms(end time.Time) bool {
 // within PublishTimeout of it. A publisher that never returns leaves its
 // goroutine behind: nothing can stop it.
 func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msgs []*message.Message) result {
+	r.at(relayhook.Publish, nil)
 	if startBy.Err() != nil {
 		return result{err: errNotTried, end: time.Now()}
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
@@ -77,7 +78,15 @@ func (r *Relay) rewind() {
 
 // testHooks lets this package's tests put faults at exact points.
 type testHooks struct {
-	afterPublish func() error // between the broker's ack and the mark; an error stands for a crash there
+	afterPublish func() error   // between the broker's ack and the mark; an error stands for a crash there
+	point        relayhook.Hook // the points of a batch (the tests of any package: relayhook)
+}
+
+// at calls the test hook of point p, if there is one.
+func (r *Relay) at(p relayhook.Point, err error) {
+	if r.hooks.point != nil {
+		r.hooks.point(p, err)
+	}
 }
 
 // New returns a relay that reads the outbox through db and publishes to pub. It
@@ -142,6 +151,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			f(ctx)
 		}()
 	}
+	r.hooks.point = relayhook.From(ctx)
 	defer r.observeOutbox()()
 	r.ensureSchema(ctx)
 	if !r.cfg.DisableListen && r.drv.Waker() != nil {
@@ -382,9 +392,13 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 	if len(claimed) == 0 {
 		return 0, tx.Commit()
 	}
+	r.at(relayhook.Claimed, nil)
 	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
-	if err := r.commitMarks(bctx, tx, out); err != nil {
+	r.at(relayhook.Marks, nil)
+	err = r.commitMarks(bctx, tx, out)
+	r.at(relayhook.Done, err)
+	if err != nil {
 		return len(rows), err
 	}
 	if len(out.ok)+len(out.failed) < len(rows) { // some untried (each row is in the outcome at most once)
@@ -407,19 +421,29 @@ func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 	if len(claimed) == 0 {
 		return 0, nil
 	}
+	r.at(relayhook.Claimed, nil)
 	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
+	r.at(relayhook.Marks, nil)
+	err = r.leasedMarks(bctx, rows, out)
+	r.at(relayhook.Done, err)
+	return len(rows), err
+}
+
+// leasedMarks releases the rows of a leased batch that had no time to
+// publish and writes its marks, in one transaction.
+func (r *Relay) leasedMarks(bctx context.Context, rows []*row, out *outcome) error {
 	tx, err := r.db.BeginTx(bctx, nil)
 	if err != nil {
-		return len(rows), fmt.Errorf("begin marks: %w", err)
+		return fmt.Errorf("begin marks: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	if untried := out.untried(rows); len(untried) > 0 {
 		if err := r.st.Unlease(bctx, tx, untried); err != nil {
-			return len(rows), fmt.Errorf("unlease: %w", err)
+			return fmt.Errorf("unlease: %w", err)
 		}
 	}
-	return len(rows), r.commitMarks(bctx, tx, out)
+	return r.commitMarks(bctx, tx, out)
 }
 
 // commitMarks counts the outcome (what was published happened, whether or not
