@@ -65,7 +65,8 @@ type positioned interface {
 	// waiting retries, which made due at once by another instance would let
 	// the later events of their aggregates be claimed first. Each instance
 	// recovers its own partitions when its own publishes succeed again.
-	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, partitions int, instance string) (int64, error)
+	// Fenced: only the partitions whose leases the fence still holds.
+	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, fence *store.Fence) (int64, error)
 }
 
 // rewind makes the next claims start at the head, if the store keeps a
@@ -395,8 +396,10 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 	r.at(relayhook.Claimed, nil)
 	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
+	// Paused meanwhile, however long, the batch still holds its rows'
+	// locks: nobody else claimed them, and its marks need no fence.
 	r.at(relayhook.Marks, nil)
-	err = r.commitMarks(bctx, tx, out)
+	err = r.commitMarks(bctx, tx, out, nil, nil)
 	r.at(relayhook.Done, err)
 	if err != nil {
 		return len(rows), err
@@ -411,7 +414,9 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 // leases its rows for the batch's whole time (they are nobody else's until
 // then, and come back by themselves if this process dies), publishes outside
 // any transaction, and marks in one of its own. Rows the batch had no time to
-// publish are made due again.
+// publish are made due again. The marks (and that release) are fenced by the
+// claim's lease: a batch paused past it, whose rows another relay claimed
+// since, changes nothing.
 func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 	deadline, _ := bctx.Deadline()
 	claimed, err := r.st.ClaimLeased(bctx, r.db, r.cfg.BatchSize, time.Until(deadline)+time.Second)
@@ -432,32 +437,50 @@ func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 
 // leasedMarks releases the rows of a leased batch that had no time to
 // publish and writes its marks, in one transaction.
-func (r *Relay) leasedMarks(bctx context.Context, rows []*row, out *outcome) error {
-	tx, err := r.db.BeginTx(bctx, nil)
+func (r *Relay) leasedMarks(ctx context.Context, rows []*row, out *outcome) error {
+	tx, err := r.db.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("begin marks: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	if untried := out.untried(rows); len(untried) > 0 {
-		if err := r.st.Unlease(bctx, tx, untried); err != nil {
+		if err := r.st.Unlease(ctx, tx, untried); err != nil {
 			return fmt.Errorf("unlease: %w", err)
 		}
 	}
-	return r.commitMarks(bctx, tx, out)
+	return r.commitMarks(ctx, tx, out, nil, nil)
+}
+
+// marksTx writes the marks of an ordered batch, fenced by fence, in a
+// transaction of its own; all fences the outage recovery after it.
+func (r *Relay) marksTx(ctx context.Context, out *outcome, fence, all *store.Fence) error {
+	tx, err := r.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin marks: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	return r.commitMarks(ctx, tx, out, fence, all)
 }
 
 // commitMarks counts the outcome (what was published happened, whether or not
-// its marks commit), writes its marks in tx and commits it, then lets the
-// outage recovery see the batch (see health).
-func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome) error {
+// its marks commit), writes its marks in tx, fenced by fence (ordered mode),
+// and commits it, then lets the outage recovery see the batch (see health),
+// fenced by all. When the fence lost a lease (store.ErrLeaseLost), the marks
+// of the partitions still held commit and the error is returned: the batch
+// outlived its lease, and the next claims start over.
+func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome, fence, all *store.Fence) error {
 	r.m.record(out)
-	if err := r.mark(ctx, tx, out); err != nil {
+	lost, err := r.mark(ctx, tx, out, fence)
+	if err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit marks: %w", err)
 	}
-	r.recoverOutage(ctx, out)
+	if lost != nil {
+		return fmt.Errorf("marks: %w", lost)
+	}
+	r.recoverOutage(ctx, out, all)
 	return nil
 }
 
@@ -529,11 +552,13 @@ func (o *outcome) publishFailures() (failed, first bool) {
 }
 
 // mark records the outcome in the claiming transaction: published rows are
-// deleted (or stamped processed), failed ones scheduled for a retry or dead.
-func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
+// deleted (or stamped processed), failed ones scheduled for a retry or dead;
+// in ordered mode fenced by fence. lost is the fence's store.ErrLeaseLost:
+// the marks of the partitions still held were written.
+func (r *Relay) mark(ctx context.Context, tx execer, out *outcome, fence *store.Fence) (lost, err error) {
 	if r.hooks.afterPublish != nil {
 		if err := r.hooks.afterPublish(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(out.ok) > 0 {
@@ -541,19 +566,24 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 		for i, rw := range out.ok {
 			keys[i] = rw.key()
 		}
-		if err := r.st.MarkPublished(ctx, tx, keys, r.cfg.Retention > 0); err != nil {
-			return fmt.Errorf("mark published: %w", err)
+		if err := r.st.MarkPublished(ctx, tx, keys, r.cfg.Retention > 0, fence); errors.Is(err, store.ErrLeaseLost) {
+			lost = err
+		} else if err != nil {
+			return nil, fmt.Errorf("mark published: %w", err)
 		}
 	}
 	if len(out.failed) == 0 {
-		return nil
+		return lost, nil
 	}
-	dead, err := r.markFailed(ctx, tx, out)
+	dead, err := r.markFailed(ctx, tx, out, fence)
+	if errors.Is(err, store.ErrLeaseLost) {
+		return err, nil // which rows it wrote is unknown: no log of them
+	}
 	if err != nil {
-		return fmt.Errorf("mark failed: %w", err)
+		return nil, fmt.Errorf("mark failed: %w", err)
 	}
 	r.logFailures(out, dead)
-	return nil
+	return lost, nil
 }
 
 // markFailed records every failure of out: an attempt, and a strike when the
@@ -562,13 +592,13 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 // (MinBackoff·2^(attempts-1), capped at MaxBackoff, between half and all of
 // it), counted from the database's clock. It returns the ids that went dead
 // and sets out.failedAt to the database's time of the marks.
-func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[string]bool, error) {
+func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome, fence *store.Fence) (map[string]bool, error) {
 	fs := make([]store.Failure, len(out.failed))
 	dead := map[string]bool{}
 	for i, f := range out.failed {
 		strike := !f.poison && out.ev.confirms(f.end)
 		fs[i] = store.Failure{
-			ID: f.row.id, Err: f.err, Strike: strike,
+			ID: f.row.id, Lease: f.row.lease, Err: f.err, Strike: strike,
 			Dead:  f.poison || (strike && f.row.strikes+1 >= r.cfg.MaxAttempts),
 			Delay: jitter(backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, f.row.attempts+1)),
 		}
@@ -576,7 +606,7 @@ func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[st
 			dead[f.row.id] = true
 		}
 	}
-	at, err := r.st.MarkFailed(ctx, tx, fs)
+	at, err := r.st.MarkFailed(ctx, tx, fs, fence)
 	if err != nil {
 		return nil, err
 	}

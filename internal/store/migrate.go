@@ -121,14 +121,20 @@ func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) str
 type Object struct {
 	SQL   string
 	After []string    // statements that fill what SQL created (seed rows), run right after it
-	Name  ident.Table // the table or index it creates
+	Name  ident.Table // the table or index it creates (the table it adds Column to)
 	Index bool        // an index: it only makes things faster
+	// Column is the column an ALTER TABLE ... ADD COLUMN adds to the table
+	// Name; "" for a CREATE.
+	Column string
 }
 
-var created = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+var (
+	created = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+	added   = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(COLUMN\s+)?(IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+)
 
 // Objects renders the statements of migration file for table t and says what
-// each creates.
+// each creates (a table, an index, or a column ALTER TABLE adds).
 func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table) string) ([]Object, error) {
 	stmts, err := Statements(fsys, file)
 	if err != nil {
@@ -136,6 +142,12 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 	}
 	out := make([]Object, 0, len(stmts))
 	for _, s := range stmts {
+		if m := added.FindStringSubmatch(s); m != nil {
+			name := strings.Trim(m[1], "\"`")
+			out = append(out, Object{SQL: Render(s, def, t, quote), Name: t.Derived(strings.TrimPrefix(name, def)),
+				Column: strings.Trim(m[4], "\"`")})
+			continue
+		}
 		m := created.FindStringSubmatch(s)
 		if m == nil {
 			if len(out) == 0 {

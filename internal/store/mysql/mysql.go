@@ -107,6 +107,22 @@ func exists(ctx context.Context, x store.Execer, n ident.Table, index bool, on i
 	return found, rows.Err()
 }
 
+// columnExists reports whether the table n has the column col.
+func columnExists(ctx context.Context, x store.Execer, n ident.Table, col string) (bool, error) {
+	schema := any(nil)
+	if n.Schema != "" {
+		schema = string(n.Schema)
+	}
+	rows, err := x.QueryContext(ctx, `SELECT 1 FROM information_schema.columns WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`,
+		schema, string(n.Name), col)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rows.Close() }()
+	found := rows.Next()
+	return found, rows.Err()
+}
+
 // createMissing runs the statements of migration file for table t, each only
 // when the object it creates is missing (MySQL's CREATE INDEX has no IF NOT
 // EXISTS).

@@ -102,6 +102,14 @@ func exists(ctx context.Context, x store.Execer, quoted string) (bool, error) {
 	return found.Valid, err
 }
 
+// columnExists reports whether the table (quoted) has the column col.
+func columnExists(ctx context.Context, x store.Execer, quoted, col string) (bool, error) {
+	var ok bool
+	err := store.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = $2 AND NOT attisdropped)`,
+		[]any{quoted, col}, &ok)
+	return ok, err
+}
+
 // createMissing runs the statements of migration file for table t, each only
 // when the object it creates is missing.
 func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {

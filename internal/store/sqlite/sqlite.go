@@ -89,6 +89,21 @@ func exists(ctx context.Context, x store.Execer, n ident.Table) (bool, error) {
 	return found, rows.Err()
 }
 
+// columnExists reports whether the table n has the column col.
+func columnExists(ctx context.Context, x store.Execer, n ident.Table, col string) (bool, error) {
+	schema := "main"
+	if n.Schema != "" {
+		schema = string(n.Schema)
+	}
+	rows, err := x.QueryContext(ctx, `SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?`, string(n.Name), schema, col)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rows.Close() }()
+	found := rows.Next()
+	return found, rows.Err()
+}
+
 // createMissing runs the statements of migration file for table t, each only
 // when the object it creates is missing.
 func createMissing(ctx context.Context, x store.Execer, file, def string, t ident.Table) error {
