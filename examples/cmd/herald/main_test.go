@@ -359,18 +359,18 @@ func TestMigrateCommand(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d, false)
 		out := e.must(exitOK, "migrate", "status")
-		if strings.Count(out, "pending") != 3 || !strings.Contains(strings.Join(strings.Fields(out), " "), "0001 outbox_messages pending") || !strings.HasSuffix(out, "3 to apply: herald migrate up\n") {
+		if strings.Count(out, "pending") != 4 || !strings.Contains(strings.Join(strings.Fields(out), " "), "0001 outbox_messages pending") || !strings.HasSuffix(out, "4 to apply: herald migrate up\n") {
 			t.Fatalf("migrate status, fresh:\n%s", out)
 		}
 		out = e.must(exitOK, "migrate", "up", "--db", d.Name)
-		if out != "applied 0001_outbox_messages\napplied 0002_relay\napplied 0003_inbox_messages\n" {
+		if out != "applied 0001_outbox_messages\napplied 0002_relay\napplied 0003_inbox_messages\napplied 0005_lease_generation\n" {
 			t.Fatalf("migrate up:\n%s", out)
 		}
 		if !testkit.TableExists(t, e.db, "outbox_messages") || !testkit.TableExists(t, e.db, "inbox_messages") {
 			t.Fatal("migrate up made no tables")
 		}
 		out = e.must(exitOK, "migrate", "status")
-		if strings.Count(out, "  applied\n") != 3 || !strings.HasSuffix(out, "every migration is applied\n") {
+		if strings.Count(out, "  applied\n") != 4 || !strings.HasSuffix(out, "every migration is applied\n") {
 			t.Fatalf("migrate status, applied:\n%s", out)
 		}
 		if out := e.must(exitOK, "migrate", "up"); out != "nothing to apply: every migration is applied\n" {
@@ -393,11 +393,11 @@ func TestMigrateCommand(t *testing.T) {
 func TestMigratePrint(t *testing.T) {
 	for db, want := range map[string]string{"postgres": "timestamptz", "sqlite": "INTEGER PRIMARY KEY", "mysql": "ENGINE=InnoDB"} {
 		code, out, errs := run1(t, "", "migrate", "print", "--db", db)
-		if code != exitOK || errs != "" || !strings.Contains(out, want) || strings.Count(out, "-- herald migration ") != 3 {
+		if code != exitOK || errs != "" || !strings.Contains(out, want) || strings.Count(out, "-- herald migration ") != 4 {
 			t.Fatalf("migrate print --db %s: %d %s\n%s", db, code, errs, out)
 		}
 		_, out, _ = run1(t, "", "migrate", "print", "--db", db, "--down")
-		if !strings.HasPrefix(out, "-- herald migration 0003_inbox_messages.down.sql") || !strings.Contains(out, "DROP TABLE") {
+		if !strings.HasPrefix(out, "-- herald migration 0005_lease_generation.down.sql") || !strings.Contains(out, "DROP TABLE") {
 			t.Fatalf("migrate print --down --db %s:\n%s", db, out)
 		}
 	}

@@ -49,6 +49,9 @@ var relayTests = []namedTest{
 	{"Stats", testRelayStats},
 	{"RetentionAndCleanup", testRelayRetentionAndCleanup},
 	{"ShutdownIsBounded", testRelayShutdownIsBounded},
+	{"PausedPastItsLease", testRelayPausedPastItsLease},
+	{"StoppedProcessPastItsLease", testRelayStoppedProcessPastItsLease},
+	{"LeaseGenerations", testRelayLeaseGenerations},
 }
 
 // forModes runs f as a parallel subtest per mode, unordered and ordered.
