@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -64,6 +65,11 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 	cmd := exec.Command(os.Args[0], "-test.run=^"+strings.Split(t.Name(), "/")[0]+"$/^relay$/^StoppedProcessPastItsLease$", "-test.v")
 	cmd.Env = append(os.Environ(), stoppedDSNEnv+"="+e.dsn, stoppedXEnv+"="+x)
 	cmd.Stderr = os.Stderr
+	// A process group of its own: a stopped process in a process group that
+	// becomes orphaned gets SIGHUP and SIGCONT from the kernel, which would
+	// resume it early; the helper's group has this process as its parent's
+	// for as long as the test runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	must(t, err)
 	must(t, cmd.Start())
@@ -115,9 +121,20 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 	gc := testkit.NewGoChannel()
 	pb := &testkit.Counting{Publisher: gc}
 	hb := newPauser(relayhook.Marks, func() bool { return total(pb) == len(all) })
-	b := e.relay(e.open(), pb, stoppedCfg("b"))
+	bcfg := stoppedCfg("b")
+	var logBuf syncBuffer
+	bcfg.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	b := e.relay(e.open(), pb, bcfg)
 	hb.run(t, b)
-	wait(t, hb.paused, 20*time.Second, "the other relay holding the events, published, before its marks")
+	select {
+	case <-hb.paused:
+	case <-time.After(20 * time.Second):
+		for _, r := range e.rows() {
+			t.Logf("row %s %s pending %v attempts %d", r.ID, r.AggregateID, r.Pending(), r.Attempts)
+		}
+		t.Fatalf("timed out waiting for the other relay to hold the events, published, before its marks: it published %d of %d, leases %v\n%s",
+			total(pb), len(all), testkit.Leases(e.db), logBuf.String())
+	}
 	must(t, cmd.Process.Signal(syscall.SIGCONT))
 	for l := next("its batch, over"); !strings.HasPrefix(l, "done"); l = next("its batch, over") {
 		t.Fatalf("the helper process, resumed past its lease: %s", l)
@@ -147,6 +164,23 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 	}
 }
 
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
 // stoppedRelayProcess is the helper process: an ordered relay whose publisher
 // refuses x and reports the rest on stdout, and which stops itself (SIGSTOP)
 // before the marks of its first batch, then reports that batch's end.
@@ -168,7 +202,12 @@ func stoppedRelayProcess(t *testing.T, dl testkit.Dialect, dsn, x string) {
 	})
 	cfg := stoppedCfg("a")
 	cfg.Logger = quiet()
-	r, err := relay.New(dl.Open(t, dsn, nil), pub, cfg)
+	cfg.DisableListen = true // LISTEN would keep the pool's one connection
+	db := dl.Open(t, dsn, nil)
+	sqlDB, err := db.DB()
+	must(t, err)
+	sqlDB.SetMaxOpenConns(1)
+	r, err := relay.New(db, pub, cfg)
 	must(t, err)
 	batches := 0
 	hook := func(p relayhook.Point, err error) {
@@ -176,8 +215,15 @@ func stoppedRelayProcess(t *testing.T, dl testkit.Dialect, dsn, x string) {
 		case p == relayhook.Claimed:
 			batches++
 		case p == relayhook.Marks && batches == 1:
+			// Stopped holding the pool's one connection, idle: not inside
+			// another goroutine's statement (an SQLite process stopped inside
+			// a write keeps the database's one write lock, and every other
+			// writer waits for it: no fencing helps there).
+			conn, err := sqlDB.Conn(context.Background())
+			must(t, err)
 			say("stopping")
 			must(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
+			must(t, conn.Close())
 		case p == relayhook.Done && batches == 1:
 			say("done %v", err)
 		}
