@@ -114,7 +114,7 @@ func ExecSeqs(ctx context.Context, x Execer, q string, keys []Key) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	seqs, err := seqsJSON(keys)
+	seqs, err := SeqsJSON(keys)
 	if err != nil {
 		return err
 	}
@@ -147,9 +147,9 @@ func ExecSeqLeases(ctx context.Context, x Execer, q string, keys []Key) error {
 	return err
 }
 
-// seqsJSON returns the keys' seqs as a JSON array, or an error when a key has
+// SeqsJSON returns the keys' seqs as a JSON array, or an error when a key has
 // none.
-func seqsJSON(keys []Key) (string, error) {
+func SeqsJSON(keys []Key) (string, error) {
 	seqs := make([]int64, len(keys))
 	for i, k := range keys {
 		if k.Seq <= 0 {

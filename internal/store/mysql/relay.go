@@ -207,14 +207,11 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 	if len(keys) == 0 {
 		return nil
 	}
-	seqs := make([]int64, len(keys))
-	for i, k := range keys {
-		if k.Seq <= 0 {
-			return fmt.Errorf("event %s claimed without its seq", k.ID)
-		}
-		seqs[i] = k.Seq
+	seqs, err := store.SeqsJSON(keys)
+	if err != nil {
+		return err
 	}
-	if _, err := x.ExecContext(ctx, q[1], store.JSONInts(seqs), fence.Partitions, fence.Instance, fence.JSON()); err != nil {
+	if _, err := x.ExecContext(ctx, q[1], seqs, fence.Partitions, fence.Instance, fence.JSON()); err != nil {
 		return err
 	}
 	return r.held(ctx, x, fence)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -238,14 +237,11 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 	case 1:
 		return store.ExecSeqLeases(ctx, x, q[f], keys)
 	case 2:
-		seqs := make([]int64, len(keys))
-		for i, k := range keys {
-			if k.Seq <= 0 {
-				return fmt.Errorf("event %s claimed without its seq", k.ID)
-			}
-			seqs[i] = k.Seq
+		seqs, err := store.SeqsJSON(keys)
+		if err != nil {
+			return err
 		}
-		if _, err := x.ExecContext(ctx, q[f], store.JSONInts(seqs), fence.Partitions, fence.JSON(), fence.Instance); err != nil {
+		if _, err := x.ExecContext(ctx, q[f], seqs, fence.Partitions, fence.JSON(), fence.Instance); err != nil {
 			return err
 		}
 		return r.held(ctx, x, fence)
