@@ -45,6 +45,14 @@ type Lease struct {
 	Generation int64
 }
 
+// ScanLease reads a lease: its partition, then its generation (the rows of
+// Renew and Acquire).
+func ScanLease(rows *sql.Rows) (Lease, error) {
+	var l Lease
+	err := rows.Scan(&l.Partition, &l.Generation)
+	return l, err
+}
+
 // Fence is what the writes of an ordered batch are fenced by: the partition
 // leases (of Partitions) that Instance held when the batch began. A fenced
 // write changes a row only if, in the same statement, the lease of the row's

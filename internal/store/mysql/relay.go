@@ -351,14 +351,7 @@ func (l leases) Renew(ctx context.Context, x store.Execer, instance string, leas
 		lease.Microseconds(), instance); err != nil {
 		return nil, err
 	}
-	return store.Collect(ctx, x, "SELECT `partition`, generation FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, []any{instance}, scanLease)
-}
-
-// scanLease reads a partition and its generation.
-func scanLease(rows *sql.Rows) (store.Lease, error) {
-	var l store.Lease
-	err := rows.Scan(&l.Partition, &l.Generation)
-	return l, err
+	return store.Collect(ctx, x, "SELECT `partition`, generation FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, []any{instance}, store.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -389,7 +382,7 @@ func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease
 		append([]any{instance, lease.Microseconds()}, anys(got)...)...); err != nil {
 		return nil, err
 	}
-	out, err := store.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, anys(got), scanLease)
+	out, err := store.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, anys(got), store.ScanLease)
 	if err != nil {
 		return nil, err
 	}

@@ -591,14 +591,7 @@ func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) 
 }
 
 func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]store.Lease, error) {
-	return store.Collect(ctx, x, l.renew, []any{instance, ms(lease)}, scanLease)
-}
-
-// scanLease reads a partition and its generation.
-func scanLease(rows *sql.Rows) (store.Lease, error) {
-	var l store.Lease
-	err := rows.Scan(&l.Partition, &l.Generation)
-	return l, err
+	return store.Collect(ctx, x, l.renew, []any{instance, ms(lease)}, store.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -607,7 +600,7 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 }
 
 func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
-	return store.Collect(ctx, db, l.acquire, []any{instance, ms(lease), n, partitions}, scanLease)
+	return store.Collect(ctx, db, l.acquire, []any{instance, ms(lease), n, partitions}, store.ScanLease)
 }
 
 func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {

@@ -364,14 +364,7 @@ func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) 
 
 func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]store.Lease, error) {
 	return store.Collect(ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition, generation`,
-		[]any{lease.Microseconds(), instance}, scanLease)
-}
-
-// scanLease reads a partition and its generation.
-func scanLease(rows *sql.Rows) (store.Lease, error) {
-	var l store.Lease
-	err := rows.Scan(&l.Partition, &l.Generation)
-	return l, err
+		[]any{lease.Microseconds(), instance}, store.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -386,7 +379,7 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
 	return store.Collect(ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?, generation = generation + 1
 WHERE partition IN (SELECT partition FROM `+l.t+` WHERE expires_at <= `+Now+` AND partition < ? ORDER BY partition LIMIT ?)
-RETURNING partition, generation`, []any{instance, lease.Microseconds(), partitions, n}, scanLease)
+RETURNING partition, generation`, []any{instance, lease.Microseconds(), partitions, n}, store.ScanLease)
 }
 
 func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {
