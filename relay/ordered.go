@@ -2,9 +2,11 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldgo/herald/internal/relayhook"
@@ -27,6 +29,9 @@ type leases struct {
 	until  map[int]time.Time
 	gen    map[int]int64 // the generation of each lease in until
 	seeded bool
+	// lost: a batch's fence found a lease lost (store.ErrLeaseLost): no
+	// batch starts until the next tick has read the leases again.
+	lost atomic.Bool
 }
 
 func newLeases(r *Relay) *leases {
@@ -115,6 +120,7 @@ func (l *leases) tick(ctx context.Context) error {
 		l.until[m.Partition] = sent.Add(cfg.LeaseDuration)
 		l.gen[m.Partition] = m.Generation
 	}
+	l.lost.Store(false)
 	return nil
 }
 
@@ -137,9 +143,13 @@ func (l *leases) all() *store.Fence {
 }
 
 // usable returns the partitions a batch may work on now (those with more than
-// 1.25 PublishTimeout of lease left, and in worker's share: p mod of = worker)
-// and the end of the earliest of their leases.
+// 1.25 PublishTimeout of lease left, and in worker's share: p mod of = worker;
+// none after a lease was found lost, until the next tick) and the end of the
+// earliest of their leases.
 func (l *leases) usable(worker, of int) ([]int32, time.Time) {
+	if l.lost.Load() {
+		return nil, time.Time{}
+	}
 	limit := time.Now().Add(l.r.cfg.PublishTimeout + l.r.cfg.PublishTimeout/4)
 	var (
 		out   []int32
@@ -217,6 +227,9 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 		r.log.Warn("relay: batch outlived its partition leases (the process was paused?); its marks are fenced", "took", out.took)
 	}
 	err = r.marksTx(bctx, out, l.fence(parts), l.all())
+	if errors.Is(err, store.ErrLeaseLost) {
+		l.lost.Store(true)
+	}
 	r.at(relayhook.Done, err)
 	return len(rows), err
 }

@@ -117,6 +117,11 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 	})
 	lease := stoppedCfg("").LeaseDuration
 	time.Sleep(lease + lease/3 + lease/2) // its leases and last heartbeat are past
+	select {
+	case l := <-lines:
+		t.Fatalf("the helper process went on before it was sent SIGCONT: %s", l)
+	default:
+	}
 
 	gc := testkit.NewGoChannel()
 	pb := &testkit.Counting{Publisher: gc}
@@ -132,12 +137,25 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 		for _, r := range e.rows() {
 			t.Logf("row %s %s pending %v attempts %d", r.ID, r.AggregateID, r.Pending(), r.Attempts)
 		}
-		t.Fatalf("timed out waiting for the other relay to hold the events, published, before its marks: it published %d of %d, leases %v\n%s",
-			total(pb), len(all), testkit.Leases(e.db), logBuf.String())
+		if b, err := os.ReadFile("/proc/locks"); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.Contains(l, fmt.Sprintf(" %d ", pid)) {
+					t.Logf("helper lock: %s", l)
+				}
+			}
+		}
+		var said []string
+		for len(lines) > 0 {
+			said = append(said, <-lines)
+		}
+		t.Fatalf("timed out waiting for the other relay to hold the events, published, before its marks: it published %d of %d, leases %v; the helper said %q\n%s",
+			total(pb), len(all), testkit.Leases(e.db), said, logBuf.String())
 	}
 	must(t, cmd.Process.Signal(syscall.SIGCONT))
 	for l := next("its batch, over"); !strings.HasPrefix(l, "done"); l = next("its batch, over") {
-		t.Fatalf("the helper process, resumed past its lease: %s", l)
+		if !strings.HasPrefix(l, "resumed ") {
+			t.Fatalf("the helper process, resumed past its lease: %s", l)
+		}
 	}
 	close(hb.resume)
 	if err := wait(t, hb.done, 20*time.Second, "the other relay's batch over"); err != nil {
@@ -219,10 +237,17 @@ func stoppedRelayProcess(t *testing.T, dl testkit.Dialect, dsn, x string) {
 			// another goroutine's statement (an SQLite process stopped inside
 			// a write keeps the database's one write lock, and every other
 			// writer waits for it: no fencing helps there).
+			// A write transaction begun and rolled back on it (BEGIN
+			// IMMEDIATE on SQLite: the DSN's) shows the write lock free.
 			conn, err := sqlDB.Conn(context.Background())
 			must(t, err)
+			tx, err := conn.BeginTx(context.Background(), nil)
+			must(t, err)
+			must(t, tx.Rollback())
 			say("stopping")
+			stopped := time.Now()
 			must(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
+			say("resumed after %v", time.Since(stopped).Round(time.Millisecond))
 			must(t, conn.Close())
 		case p == relayhook.Done && batches == 1:
 			say("done %v", err)
