@@ -37,10 +37,9 @@ func stoppedCfg(id string) relay.Config {
 		MinBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond, Retention: time.Hour, InstanceID: id}
 }
 
-// A real ordered relay process (the test binary run again as a helper) stops
-// itself with SIGSTOP after its publishes, before its marks, and stays
-// stopped past its lease: its clocks, timers and lease renewals all stand
-// still. Another relay (in this process) takes its partitions over,
+// A real ordered relay process (the test binary run again as a helper) is
+// stopped with SIGSTOP after its publishes, before its marks, and stays
+// stopped past its lease: its timers and lease renewals all stand still. Another relay (in this process) takes its partitions over,
 // publishes the events and is held before its own marks; the helper gets
 // SIGCONT and finishes its batch. Its late marks change nothing (x, which it
 // failed to publish, is neither dead nor counted an attempt) and it
@@ -72,6 +71,8 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := cmd.StdoutPipe()
 	must(t, err)
+	goAhead, err := cmd.StdinPipe()
+	must(t, err)
 	must(t, cmd.Start())
 	pid := cmd.Process.Pid
 	t.Cleanup(func() { // only the process this test started
@@ -102,11 +103,12 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 		}
 		return ""
 	}
-	for l := next("its batch, stopped"); l != "stopping"; l = next("its batch, stopped") {
+	for l := next("its batch, before its marks"); l != "stop me"; l = next("its batch, before its marks") {
 		if !strings.HasPrefix(l, "published ") {
 			t.Fatalf("helper: %s", l)
 		}
 	}
+	must(t, cmd.Process.Signal(syscall.SIGSTOP))
 	eventually(t, 10*time.Second, "the helper process stopped", func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		if err != nil {
@@ -152,10 +154,10 @@ func testRelayStoppedProcessPastItsLease(t *testing.T, dl testkit.Dialect) {
 			total(pb), len(all), testkit.Leases(e.db), said, logBuf.String())
 	}
 	must(t, cmd.Process.Signal(syscall.SIGCONT))
+	_, err = goAhead.Write([]byte("go\n"))
+	must(t, err)
 	for l := next("its batch, over"); !strings.HasPrefix(l, "done"); l = next("its batch, over") {
-		if !strings.HasPrefix(l, "resumed ") {
-			t.Fatalf("the helper process, resumed past its lease: %s", l)
-		}
+		t.Fatalf("the helper process, resumed past its lease: %s", l)
 	}
 	close(hb.resume)
 	if err := wait(t, hb.done, 20*time.Second, "the other relay's batch over"); err != nil {
@@ -200,8 +202,9 @@ func (s *syncBuffer) String() string {
 }
 
 // stoppedRelayProcess is the helper process: an ordered relay whose publisher
-// refuses x and reports the rest on stdout, and which stops itself (SIGSTOP)
-// before the marks of its first batch, then reports that batch's end.
+// refuses x and reports the rest on stdout, whose first batch waits before
+// its marks (for the test to stop the process, then to let it go on), then
+// reports that batch's end.
 func stoppedRelayProcess(t *testing.T, dl testkit.Dialect, dsn, x string) {
 	var mu sync.Mutex
 	say := func(format string, args ...any) {
@@ -236,18 +239,21 @@ func stoppedRelayProcess(t *testing.T, dl testkit.Dialect, dsn, x string) {
 			// Stopped holding the pool's one connection, idle: not inside
 			// another goroutine's statement (an SQLite process stopped inside
 			// a write keeps the database's one write lock, and every other
-			// writer waits for it: no fencing helps there).
-			// A write transaction begun and rolled back on it (BEGIN
-			// IMMEDIATE on SQLite: the DSN's) shows the write lock free.
+			// writer waits for it: no fencing helps there). A write
+			// transaction begun and rolled back on it (BEGIN IMMEDIATE on
+			// SQLite: the DSN's) shows the write lock free. The test stops
+			// the process while the batch waits here (a process stopping
+			// itself runs on for a moment after its kill returns), and lets
+			// the batch go on once it sent SIGCONT.
 			conn, err := sqlDB.Conn(context.Background())
 			must(t, err)
 			tx, err := conn.BeginTx(context.Background(), nil)
 			must(t, err)
 			must(t, tx.Rollback())
-			say("stopping")
-			stopped := time.Now()
-			must(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
-			say("resumed after %v", time.Since(stopped).Round(time.Millisecond))
+			say("stop me")
+			if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+				t.Errorf("the test's go-ahead: %v", err)
+			}
 			must(t, conn.Close())
 		case p == relayhook.Done && batches == 1:
 			say("done %v", err)
