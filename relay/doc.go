@@ -54,7 +54,12 @@
 // the n-th events of all aggregates are published together, then the (n+1)-th;
 // a failing event holds back only the later events of its own aggregate, until
 // it is published or dead. An instance starts no publish it could not finish
-// before its lease ends. All instances of one table must use the same mode.
+// before its lease ends (by its monotonic clock, checked right before each
+// Publish call). An instance paused past its lease (GC, SIGSTOP, a VM freeze)
+// writes nothing once another took the partition over: every write of a batch
+// checks, in its statement, the generation of the partition's lease the batch
+// began under, which each takeover bumps. All instances of one table must use
+// the same mode.
 //
 // # Wake-ups
 //

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // health is what this instance's own batches showed about the publisher, for
@@ -96,7 +98,7 @@ func (h *health) forget(since time.Time, keys []topicType) {
 // recoverOutage makes due now the retries the outage recovery calls for after
 // this batch (see health). A failure only costs latency: the events wait out
 // their backoffs.
-func (r *Relay) recoverOutage(ctx context.Context, out *outcome) {
+func (r *Relay) recoverOutage(ctx context.Context, out *outcome, all *store.Fence) {
 	since, keys := r.health.observe(out, time.Now(), r.cfg.MaxBackoff)
 	if len(keys) == 0 {
 		return
@@ -109,8 +111,8 @@ func (r *Relay) recoverOutage(ctx context.Context, out *outcome) {
 		n   int64
 		err error
 	)
-	if p, ok := r.st.(positioned); ok && r.cfg.Ordered {
-		n, err = p.RecoverOwned(ctx, r.db, since, topics, types, r.cfg.Partitions, r.cfg.InstanceID)
+	if p, ok := r.st.(positioned); ok && all != nil {
+		n, err = p.RecoverOwned(ctx, r.db, since, topics, types, all)
 	} else {
 		n, err = r.st.RecoverOutage(ctx, r.db, since, topics, types)
 	}

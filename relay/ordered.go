@@ -2,11 +2,14 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -15,17 +18,24 @@ import (
 // above its fair share (partitions / live instances, rounded up) and takes
 // expired ones up to it. A partition is only worked on while its lease has more
 // than 1.25 PublishTimeout left by the local clock, so a batch always ends before
-// the lease could pass to another instance.
+// the lease could pass to another instance; and since a process can be paused
+// past that (GC, SIGSTOP, a VM freeze), every write of a batch is fenced by
+// the generations of its leases (store.Fence): once another instance took a
+// partition over, a late batch's writes there change nothing.
 type leases struct {
 	r      *Relay
 	st     store.Leases
 	mu     sync.RWMutex // read by a batch; written when partitions change hands
 	until  map[int]time.Time
+	gen    map[int]int64 // the generation of each lease in until
 	seeded bool
+	// lost: a batch's fence found a lease lost (store.ErrLeaseLost): no
+	// batch starts until the next tick has read the leases again.
+	lost atomic.Bool
 }
 
 func newLeases(r *Relay) *leases {
-	return &leases{r: r, st: r.st.Leases(), until: map[int]time.Time{}}
+	return &leases{r: r, st: r.st.Leases(), until: map[int]time.Time{}, gen: map[int]int64{}}
 }
 
 func (l *leases) run(ctx context.Context) {
@@ -44,6 +54,7 @@ func (l *leases) run(ctx context.Context) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	clear(l.until)
+	clear(l.gen)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	for _, f := range []func(context.Context, store.Execer, string) error{l.st.ReleaseAll, l.st.Leave} {
@@ -79,9 +90,12 @@ func (l *leases) tick(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("renew: %w", err)
 	}
-	slices.Sort(mine)
+	slices.SortFunc(mine, func(a, b store.Lease) int { return a.Partition - b.Partition })
 	if len(mine) > fair {
-		excess := mine[fair:]
+		excess := make([]int, 0, len(mine)-fair)
+		for _, m := range mine[fair:] {
+			excess = append(excess, m.Partition)
+		}
 		if err := l.st.Release(ctx, db, cfg.InstanceID, excess); err != nil {
 			return fmt.Errorf("release: %w", err)
 		}
@@ -101,16 +115,41 @@ func (l *leases) tick(ctx context.Context) error {
 		mine = append(mine, got...)
 	}
 	clear(l.until)
-	for _, p := range mine {
-		l.until[p] = sent.Add(cfg.LeaseDuration)
+	clear(l.gen)
+	for _, m := range mine {
+		l.until[m.Partition] = sent.Add(cfg.LeaseDuration)
+		l.gen[m.Partition] = m.Generation
 	}
+	l.lost.Store(false)
 	return nil
 }
 
+// fence returns the fence of the partitions parts (held: l.mu read-locked).
+func (l *leases) fence(parts []int32) *store.Fence {
+	f := &store.Fence{Instance: l.r.cfg.InstanceID, Partitions: l.r.cfg.Partitions, Leases: make([]store.Lease, len(parts))}
+	for i, p := range parts {
+		f.Leases[i] = store.Lease{Partition: int(p), Generation: l.gen[int(p)]}
+	}
+	return f
+}
+
+// all returns the fence of every partition held (l.mu read-locked).
+func (l *leases) all() *store.Fence {
+	parts := make([]int32, 0, len(l.until))
+	for p := range l.until {
+		parts = append(parts, int32(p))
+	}
+	return l.fence(parts)
+}
+
 // usable returns the partitions a batch may work on now (those with more than
-// 1.25 PublishTimeout of lease left, and in worker's share: p mod of = worker)
-// and the end of the earliest of their leases.
+// 1.25 PublishTimeout of lease left, and in worker's share: p mod of = worker;
+// none after a lease was found lost, until the next tick) and the end of the
+// earliest of their leases.
 func (l *leases) usable(worker, of int) ([]int32, time.Time) {
+	if l.lost.Load() {
+		return nil, time.Time{}
+	}
 	limit := time.Now().Add(l.r.cfg.PublishTimeout + l.r.cfg.PublishTimeout/4)
 	var (
 		out   []int32
@@ -151,6 +190,7 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	if len(rows) == 0 {
 		return 0, nil
 	}
+	r.at(relayhook.Claimed, nil)
 	out := &outcome{}
 	var (
 		units []([]*row)
@@ -180,10 +220,16 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 		}
 	}
 	r.publishOrdered(startBy, units, out)
-	tx, err := r.db.BeginTx(bctx, r.drv.LockingTx())
-	if err != nil {
-		return len(rows), fmt.Errorf("begin marks: %w", err)
+	r.at(relayhook.Marks, nil)
+	// Paused past the leases (by the monotonic clock)? The marks still go,
+	// fenced: they change the rows of the partitions still held, nothing else.
+	if !time.Now().Before(until) {
+		r.log.Warn("relay: batch outlived its partition leases (the process was paused?); its marks are fenced", "took", out.took)
 	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	return len(rows), r.commitMarks(bctx, tx, out)
+	err = r.marksTx(bctx, out, l.fence(parts), l.all())
+	if errors.Is(err, store.ErrLeaseLost) {
+		l.lost.Store(true)
+	}
+	r.at(relayhook.Done, err)
+	return len(rows), err
 }

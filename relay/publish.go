@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
@@ -31,7 +32,7 @@ var (
 // row is a claimed outbox row.
 type row struct {
 	id, typ, aggType, aggID, topic string
-	seq                            int64
+	seq, lease                     int64
 	version, attempts, strikes     int
 	payload, metadata              []byte
 	occurred                       time.Time
@@ -44,7 +45,7 @@ type row struct {
 func toRows(claimed []store.Claimed) []*row {
 	out := make([]*row, len(claimed))
 	for i, c := range claimed {
-		r := &row{id: c.ID, seq: c.Seq, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
+		r := &row{id: c.ID, seq: c.Seq, lease: c.Lease, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
 			version: c.Version, attempts: c.Attempts, strikes: c.Strikes, payload: c.Payload, metadata: c.Metadata,
 			occurred: c.OccurredAt}
 		r.msg, r.err = toMessage(r)
@@ -54,7 +55,7 @@ func toRows(claimed []store.Claimed) []*row {
 }
 
 // key names the row to the store's marks.
-func (r *row) key() store.Key { return store.Key{ID: r.id, Seq: r.seq} }
+func (r *row) key() store.Key { return store.Key{ID: r.id, Seq: r.seq, Lease: r.lease} }
 
 // toMessage builds the Watermill message of a row: its UUID is the event id.
 func toMessage(r *row) (*message.Message, error) {
@@ -126,7 +127,8 @@ func (e *evidence) confirms(end time.Time) bool {
 // within PublishTimeout of it. A publisher that never returns leaves its
 // goroutine behind: nothing can stop it.
 func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msgs []*message.Message) result {
-	if startBy.Err() != nil {
+	r.at(relayhook.Publish, nil)
+	if outOfTime(startBy) {
 		return result{err: errNotTried, end: time.Now()}
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(startBy), r.cfg.PublishTimeout)
@@ -164,6 +166,18 @@ func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msg
 		telemetry.End(span, err)
 	}
 	return result{err: err, end: time.Now()}
+}
+
+// outOfTime reports whether the start-by context is done, or its deadline
+// passed by the monotonic clock: a process resumed after a pause (SIGSTOP, a
+// VM freeze) runs on before the context's timer has fired, and a Publish call
+// started then would go out after the batch's leases passed.
+func outOfTime(startBy context.Context) bool {
+	if startBy.Err() != nil {
+		return true
+	}
+	d, ok := startBy.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // publishRun publishes rows (one topic) in one call; if that fails, one by one,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
@@ -70,7 +71,8 @@ type positioned interface {
 	// waiting retries, which made due at once by another instance would let
 	// the later events of their aggregates be claimed first. Each instance
 	// recovers its own partitions when its own publishes succeed again.
-	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, partitions int, instance string) (int64, error)
+	// Fenced: only the partitions whose leases the fence still holds.
+	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, fence *store.Fence) (int64, error)
 }
 
 // rewind makes the next claims start at the head, if the store keeps a
@@ -83,7 +85,15 @@ func (r *Relay) rewind() {
 
 // testHooks lets this package's tests put faults at exact points.
 type testHooks struct {
-	afterPublish func() error // between the broker's ack and the mark; an error stands for a crash there
+	afterPublish func() error   // between the broker's ack and the mark; an error stands for a crash there
+	point        relayhook.Hook // the points of a batch (the tests of any package: relayhook)
+}
+
+// at calls the test hook of point p, if there is one.
+func (r *Relay) at(p relayhook.Point, err error) {
+	if r.hooks.point != nil {
+		r.hooks.point(p, err)
+	}
 }
 
 // New returns a relay that reads the outbox through db and publishes to pub. It
@@ -150,6 +160,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			f(ctx)
 		}()
 	}
+	r.hooks.point = relayhook.From(ctx)
 	defer r.observeOutbox()()
 	if err := r.ensureSchema(ctx); err != nil {
 		return err
@@ -412,9 +423,15 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 	if len(claimed) == 0 {
 		return 0, tx.Commit()
 	}
+	r.at(relayhook.Claimed, nil)
 	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
-	if err := r.commitMarks(bctx, tx, out); err != nil {
+	// Paused meanwhile, however long, the batch still holds its rows'
+	// locks: nobody else claimed them, and its marks need no fence.
+	r.at(relayhook.Marks, nil)
+	err = r.commitMarks(bctx, tx, out, nil, nil)
+	r.at(relayhook.Done, err)
+	if err != nil {
 		return len(rows), err
 	}
 	if len(out.ok)+len(out.failed) < len(rows) { // some untried (each row is in the outcome at most once)
@@ -427,7 +444,9 @@ func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, erro
 // leases its rows for the batch's whole time (they are nobody else's until
 // then, and come back by themselves if this process dies), publishes outside
 // any transaction, and marks in one of its own. Rows the batch had no time to
-// publish are made due again.
+// publish are made due again. The marks (and that release) are fenced by the
+// claim's lease: a batch paused past it, whose rows another relay claimed
+// since, changes nothing.
 func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 	deadline, _ := bctx.Deadline()
 	claimed, err := r.st.ClaimLeased(bctx, r.db, r.cfg.BatchSize, time.Until(deadline)+time.Second)
@@ -437,33 +456,61 @@ func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 	if len(claimed) == 0 {
 		return 0, nil
 	}
+	r.at(relayhook.Claimed, nil)
 	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
-	tx, err := r.db.BeginTx(bctx, r.drv.LockingTx())
+	r.at(relayhook.Marks, nil)
+	err = r.leasedMarks(bctx, rows, out)
+	r.at(relayhook.Done, err)
+	return len(rows), err
+}
+
+// leasedMarks releases the rows of a leased batch that had no time to
+// publish and writes its marks, in one transaction.
+func (r *Relay) leasedMarks(ctx context.Context, rows []*row, out *outcome) error {
+	tx, err := r.db.BeginTx(ctx, r.drv.LockingTx())
 	if err != nil {
-		return len(rows), fmt.Errorf("begin marks: %w", err)
+		return fmt.Errorf("begin marks: %w", err)
 	}
 	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
 	if untried := out.untried(rows); len(untried) > 0 {
-		if err := r.st.Unlease(bctx, tx, untried); err != nil {
-			return len(rows), fmt.Errorf("unlease: %w", err)
+		if err := r.st.Unlease(ctx, tx, untried); err != nil {
+			return fmt.Errorf("unlease: %w", err)
 		}
 	}
-	return len(rows), r.commitMarks(bctx, tx, out)
+	return r.commitMarks(ctx, tx, out, nil, nil)
+}
+
+// marksTx writes the marks of an ordered batch, fenced by fence, in a
+// transaction of its own; all fences the outage recovery after it.
+func (r *Relay) marksTx(ctx context.Context, out *outcome, fence, all *store.Fence) error {
+	tx, err := r.db.BeginTx(ctx, r.drv.LockingTx())
+	if err != nil {
+		return fmt.Errorf("begin marks: %w", err)
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
+	return r.commitMarks(ctx, tx, out, fence, all)
 }
 
 // commitMarks counts the outcome (what was published happened, whether or not
-// its marks commit), writes its marks in tx and commits it, then lets the
-// outage recovery see the batch (see health).
-func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome) error {
+// its marks commit), writes its marks in tx, fenced by fence (ordered mode),
+// and commits it, then lets the outage recovery see the batch (see health),
+// fenced by all. When the fence lost a lease (store.ErrLeaseLost), the marks
+// of the partitions still held commit and the error is returned: the batch
+// outlived its lease, and the next claims start over.
+func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome, fence, all *store.Fence) error {
 	r.m.record(out)
-	if err := r.mark(ctx, tx, out); err != nil {
+	lost, err := r.mark(ctx, tx, out, fence)
+	if err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("commit marks: %w", err)
 	}
-	r.recoverOutage(ctx, out)
+	if lost != nil {
+		return fmt.Errorf("marks: %w", lost)
+	}
+	r.recoverOutage(ctx, out, all)
 	return nil
 }
 
@@ -540,11 +587,13 @@ func (o *outcome) publishFailures() (failed, first bool) {
 }
 
 // mark records the outcome in the claiming transaction: published rows are
-// deleted (or stamped processed), failed ones scheduled for a retry or dead.
-func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
+// deleted (or stamped processed), failed ones scheduled for a retry or dead;
+// in ordered mode fenced by fence. lost is the fence's store.ErrLeaseLost:
+// the marks of the partitions still held were written.
+func (r *Relay) mark(ctx context.Context, tx execer, out *outcome, fence *store.Fence) (lost, err error) {
 	if r.hooks.afterPublish != nil {
 		if err := r.hooks.afterPublish(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if len(out.ok) > 0 {
@@ -552,19 +601,24 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 		for i, rw := range out.ok {
 			keys[i] = rw.key()
 		}
-		if err := r.st.MarkPublished(ctx, tx, keys, r.cfg.Retention > 0); err != nil {
-			return fmt.Errorf("mark published: %w", err)
+		if err := r.st.MarkPublished(ctx, tx, keys, r.cfg.Retention > 0, fence); errors.Is(err, store.ErrLeaseLost) {
+			lost = err
+		} else if err != nil {
+			return nil, fmt.Errorf("mark published: %w", err)
 		}
 	}
 	if len(out.failed) == 0 {
-		return nil
+		return lost, nil
 	}
-	dead, err := r.markFailed(ctx, tx, out)
+	dead, err := r.markFailed(ctx, tx, out, fence)
+	if errors.Is(err, store.ErrLeaseLost) {
+		return err, nil // which rows it wrote is unknown: no log of them
+	}
 	if err != nil {
-		return fmt.Errorf("mark failed: %w", err)
+		return nil, fmt.Errorf("mark failed: %w", err)
 	}
 	r.logFailures(out, dead)
-	return nil
+	return lost, nil
 }
 
 // markFailed records every failure of out: an attempt, and a strike when the
@@ -573,13 +627,13 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome) error {
 // (MinBackoff·2^(attempts-1), capped at MaxBackoff, between half and all of
 // it), counted from the database's clock. It returns the ids that went dead
 // and sets out.failedAt to the database's time of the marks.
-func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[string]bool, error) {
+func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome, fence *store.Fence) (map[string]bool, error) {
 	fs := make([]store.Failure, len(out.failed))
 	dead := map[string]bool{}
 	for i, f := range out.failed {
 		strike := !f.poison && out.ev.confirms(f.end)
 		fs[i] = store.Failure{
-			ID: f.row.id, Err: f.err, Strike: strike,
+			ID: f.row.id, Lease: f.row.lease, Err: f.err, Strike: strike,
 			Dead:  f.poison || (strike && f.row.strikes+1 >= r.cfg.MaxAttempts),
 			Delay: jitter(backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, f.row.attempts+1)),
 		}
@@ -587,7 +641,7 @@ func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[st
 			dead[f.row.id] = true
 		}
 	}
-	at, marked, err := r.markFailures(ctx, tx, fs)
+	at, marked, err := r.markFailures(ctx, tx, fs, fence)
 	if err != nil {
 		return nil, err
 	}
@@ -611,12 +665,13 @@ func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome) (map[st
 // whose mark fails again once more with unstorableError for its text. A
 // failure that cannot be marked even so leaves its event pending (its
 // publish is retried); it is logged. It returns the time of the marks, the
-// failures marked, and an error only when tx is lost.
-func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure) (time.Time, []store.Failure, error) {
+// failures marked, and an error only when tx is lost or fence found a lease
+// lost (store.ErrLeaseLost).
+func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure, fence *store.Fence) (time.Time, []store.Failure, error) {
 	var at time.Time
 	mark := func(batch []store.Failure) error {
 		return store.Savepoint(ctx, tx, "herald_mark_failed", func() error {
-			t, err := r.st.MarkFailed(ctx, tx, batch)
+			t, err := r.st.MarkFailed(ctx, tx, batch, fence)
 			if err == nil && (at.IsZero() || t.Before(at)) {
 				at = t
 			}
@@ -624,7 +679,9 @@ func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure)
 		})
 	}
 	err := mark(fs)
-	if err == nil || errors.Is(err, store.ErrTxLost) {
+	if err == nil || errors.Is(err, store.ErrTxLost) || errors.Is(err, store.ErrLeaseLost) {
+		// A lease lost: the savepoint took back the failures of the
+		// partitions still held too; they are retried (unmarked).
 		return at, fs, err
 	}
 	marked := make([]store.Failure, 0, len(fs))
@@ -637,7 +694,7 @@ func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure)
 			err = mark([]store.Failure{f})
 		}
 		switch {
-		case errors.Is(err, store.ErrTxLost):
+		case errors.Is(err, store.ErrTxLost), errors.Is(err, store.ErrLeaseLost):
 			return at, nil, err
 		case err != nil:
 			r.log.Warn("the failure of an event could not be recorded; it stays pending", "event_id", f.ID, "err", err)

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 	"strconv"
@@ -20,12 +21,90 @@ type Claimed struct {
 	Version, Attempts, Strikes int
 	Payload, Metadata          []byte
 	OccurredAt                 time.Time
+	// Lease is the claim's own lease on the row where ClaimLeased made one
+	// (SQLite: the available_at it set); 0 otherwise. The marks of the claim
+	// check it (see Key).
+	Lease int64
 }
 
-// Key names a claimed row to mark: its ID, and its Seq as claimed.
+// Key names a claimed row to mark: its ID, its Seq as claimed, and the
+// claim's Lease (0: none). A mark of a key with a lease changes the row only
+// while the row still holds that lease: once it ended and another relay
+// claimed the row again, the mark of the first claim changes nothing.
 type Key struct {
-	ID  string
-	Seq int64
+	ID    string
+	Seq   int64
+	Lease int64
+}
+
+// Lease is a partition lease of ordered mode as its holder took it: the
+// partition and the generation the lease table gave it, bumped at every
+// Acquire (a renewal keeps it).
+type Lease struct {
+	Partition  int
+	Generation int64
+}
+
+// ScanLease reads a lease: its partition, then its generation (the rows of
+// Renew and Acquire).
+func ScanLease(rows *sql.Rows) (Lease, error) {
+	var l Lease
+	err := rows.Scan(&l.Partition, &l.Generation)
+	return l, err
+}
+
+// Fence is what the writes of an ordered batch are fenced by: the partition
+// leases (of Partitions) that Instance held when the batch began. A fenced
+// write changes a row only if, in the same statement, the lease of the row's
+// partition is still Instance's under the same generation (and holds that
+// lease row against an Acquire until the transaction ends), so the writes of
+// an instance paused past its lease, after another took the partition over,
+// change nothing.
+type Fence struct {
+	Instance   string
+	Partitions int
+	Leases     []Lease
+}
+
+// Parts returns the fence's partitions and generations, index by index.
+func (f *Fence) Parts() (parts []int32, gens []int64) {
+	parts, gens = make([]int32, len(f.Leases)), make([]int64, len(f.Leases))
+	for i, l := range f.Leases {
+		parts[i], gens[i] = int32(l.Partition), l.Generation
+	}
+	return parts, gens
+}
+
+// JSON returns the fence's leases as a JSON array of [partition, generation]
+// pairs (for drivers that read their arguments with JSON functions).
+func (f *Fence) JSON() string {
+	b := append(make([]byte, 0, 2+len(f.Leases)*12), '[')
+	for i, l := range f.Leases {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b = strconv.AppendInt(b, int64(l.Partition), 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, l.Generation, 10)
+		b = append(b, ']')
+	}
+	return string(append(b, ']'))
+}
+
+// ErrLeaseLost is returned (wrapped) by a fenced write when a lease of its
+// fence is no longer the instance's under that generation: the instance was
+// paused past it (or its clock ran slow) and another took the partition over.
+// The rows of the lost partitions were left alone; the batch is over.
+var ErrLeaseLost = errors.New("partition lease lost to another instance")
+
+// CheckFence returns ErrLeaseLost, naming how many leases were lost, when a
+// fenced statement found fewer than all of f's leases held.
+func CheckFence(f *Fence, held int) error {
+	if f != nil && held < len(f.Leases) {
+		return fmt.Errorf("%w: %d of %d partitions", ErrLeaseLost, len(f.Leases)-held, len(f.Leases))
+	}
+	return nil
 }
 
 // IDs returns the keys' ids.
@@ -43,7 +122,7 @@ func ExecSeqs(ctx context.Context, x Execer, q string, keys []Key) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	seqs, err := seqsJSON(keys)
+	seqs, err := SeqsJSON(keys)
 	if err != nil {
 		return err
 	}
@@ -51,9 +130,34 @@ func ExecSeqs(ctx context.Context, x Execer, q string, keys []Key) error {
 	return err
 }
 
-// seqsJSON returns the keys' seqs as a JSON array, or an error when a key has
+// ExecSeqLeases runs q with one argument, the keys' [seq, lease] pairs as a
+// JSON array (the marks of drivers that find rows by seq and fence them by
+// the claim's lease); nothing for no keys.
+func ExecSeqLeases(ctx context.Context, x Execer, q string, keys []Key) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	b := append(make([]byte, 0, 2+len(keys)*24), '[')
+	for i, k := range keys {
+		if k.Seq <= 0 {
+			return fmt.Errorf("event %s claimed without its seq", k.ID)
+		}
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '[')
+		b = strconv.AppendInt(b, k.Seq, 10)
+		b = append(b, ',')
+		b = strconv.AppendInt(b, k.Lease, 10)
+		b = append(b, ']')
+	}
+	_, err := x.ExecContext(ctx, q, string(append(b, ']')))
+	return err
+}
+
+// SeqsJSON returns the keys' seqs as a JSON array, or an error when a key has
 // none.
-func seqsJSON(keys []Key) (string, error) {
+func SeqsJSON(keys []Key) (string, error) {
 	seqs := make([]int64, len(keys))
 	for i, k := range keys {
 		if k.Seq <= 0 {
@@ -80,6 +184,7 @@ func JSONInts(xs []int64) string {
 // and either death or a retry after Delay (from the database's clock).
 type Failure struct {
 	ID     string
+	Lease  int64  // the claim's lease (Key.Lease): 0 for none
 	Err    string // stored as last_error (valid UTF-8)
 	Strike bool
 	Dead   bool
@@ -131,7 +236,7 @@ type Relay interface {
 	// again when the lease ends.
 	ClaimLeased(ctx context.Context, x Execer, limit int, lease time.Duration) ([]Claimed, error)
 	// Unlease makes leased events due again (a batch that ran out of time
-	// before publishing them).
+	// before publishing them); only those whose keys' leases they still hold.
 	Unlease(ctx context.Context, x Execer, keys []Key) error
 	// ClaimOrdered returns up to limit due events of the owned partitions, in
 	// insertion order, leaving out those behind an earlier event of their
@@ -140,10 +245,14 @@ type Relay interface {
 	ClaimOrdered(ctx context.Context, x Execer, limit, partitions int, owned []int32) ([]Claimed, error)
 
 	// MarkPublished deletes published events, or with keep stamps them
-	// processed (retention).
-	MarkPublished(ctx context.Context, x Execer, keys []Key, keep bool) error
-	// MarkFailed records failures and returns the database's time of the marks.
-	MarkFailed(ctx context.Context, x Execer, fs []Failure) (time.Time, error)
+	// processed (retention). A key with a Lease is marked only while its row
+	// holds that lease; with a fence (ordered mode), a row only while its
+	// partition's lease is the fence's (else ErrLeaseLost, after marking the
+	// rows of the partitions still held).
+	MarkPublished(ctx context.Context, x Execer, keys []Key, keep bool, fence *Fence) error
+	// MarkFailed records failures and returns the database's time of the
+	// marks, fenced as MarkPublished is.
+	MarkFailed(ctx context.Context, x Execer, fs []Failure, fence *Fence) (time.Time, error)
 	// RecoverOutage makes due now the retries of pending events of these
 	// (topic, type) pairs that failed at or after since (database time).
 	RecoverOutage(ctx context.Context, x Execer, since time.Time, topics, types []string) (int64, error)
@@ -173,12 +282,14 @@ type Leases interface {
 	Heartbeat(ctx context.Context, x Execer, instance string) error
 	// Live counts instances seen within the last within.
 	Live(ctx context.Context, x Execer, within time.Duration) (int, error)
-	// Renew extends instance's unexpired leases by lease and returns them.
-	Renew(ctx context.Context, x Execer, instance string, lease time.Duration) ([]int, error)
+	// Renew extends instance's unexpired leases by lease and returns them,
+	// with the generations they keep.
+	Renew(ctx context.Context, x Execer, instance string, lease time.Duration) ([]Lease, error)
 	// Release gives instance's partitions back.
 	Release(ctx context.Context, x Execer, instance string, parts []int) error
-	// Acquire takes up to n expired partitions below partitions for instance.
-	Acquire(ctx context.Context, db DB, instance string, lease time.Duration, n, partitions int) ([]int, error)
+	// Acquire takes up to n expired partitions below partitions for instance,
+	// each under a new generation, and returns them.
+	Acquire(ctx context.Context, db DB, instance string, lease time.Duration, n, partitions int) ([]Lease, error)
 	// ReleaseAll gives all of instance's partitions back.
 	ReleaseAll(ctx context.Context, x Execer, instance string) error
 	// Leave forgets instance's heartbeat.

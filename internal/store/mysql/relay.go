@@ -44,14 +44,17 @@ const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = 
 type relay struct {
 	t ident.Table
 	q struct {
-		claimLocked, claimOrdered, markProcessed, markDelete, markFailed, recoverOutage, stats, dead, seqOf, requeue, requeueAll, cleanup, unlease string
+		claimLocked, claimOrdered, recoverOutage, stats, dead, seqOf, requeue, requeueAll, cleanup, unlease, fenceHeld string
+		// by fencing: [none, the partition leases]
+		markProcessed, markDelete, markFailed [2]string
 	}
 	leases leases
 }
 
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t}
-	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{part}", partitionExpr)
+	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{part}", partitionExpr,
+		"{leases}", Quote(t.Derived("_leases")))
 	q := &r.q
 	// The pending index (dead_at, processed_at, available_at, seq) serves the
 	// scan in order; locked rows are skipped, so instances share the work.
@@ -68,18 +71,33 @@ WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
   AND NOT EXISTS (SELECT 1 FROM blocked b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
 ORDER BY o.seq LIMIT ?`)
-	q.markDelete = rep.Replace(`DELETE o FROM ` + bySeq)
-	q.markProcessed = rep.Replace(`UPDATE ` + bySeq + ` SET o.processed_at = {now}, o.last_error = NULL`)
+	// In ordered mode the marks are fenced: each row is joined to its
+	// partition's lease, which must still be this instance's ($owner) under
+	// the generation the batch holds (the fence, [partition, generation]
+	// pairs). InnoDB reads the joined lease rows as locking reads (the
+	// newest committed version, share-locked until the marks commit, at
+	// REPEATABLE READ and READ COMMITTED alike), so no Acquire takes the
+	// partition between the check and the write, and one that committed
+	// before is seen.
+	const fenced = ` STRAIGHT_JOIN {leases} AS l ON l.` + "`partition`" + ` = {part} AND l.owner = ?
+STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (p INT PATH '$[0]', g BIGINT PATH '$[1]')) AS f ON f.p = l.` + "`partition`" + ` AND f.g = l.generation`
+	q.fenceHeld = rep.Replace(`SELECT COUNT(*) FROM {leases} AS l
+JOIN JSON_TABLE(?, '$[*]' COLUMNS (p INT PATH '$[0]', g BIGINT PATH '$[1]')) AS f ON f.p = l.` + "`partition`" + ` AND f.g = l.generation
+WHERE l.owner = ? LOCK IN SHARE MODE`)
+	for i, join := range [2]string{``, fenced} {
+		q.markDelete[i] = rep.Replace(`DELETE o FROM ` + bySeq + join)
+		q.markProcessed[i] = rep.Replace(`UPDATE ` + bySeq + join + ` SET o.processed_at = {now}, o.last_error = NULL`)
+		q.markFailed[i] = rep.Replace(`UPDATE {t} AS o` + join + ` SET
+  o.attempts = o.attempts + 1,
+  o.strikes = o.strikes + ?,
+  o.last_error = ?,
+  o.last_failed_at = {now},
+  o.available_at = {now} + INTERVAL ? MICROSECOND,
+  o.dead_at = CASE WHEN ? THEN {now} END
+WHERE o.id = ? AND o.processed_at IS NULL AND o.dead_at IS NULL`)
+	}
 	q.unlease = rep.Replace(`UPDATE ` + bySeq + ` SET o.available_at = {now}
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL`)
-	q.markFailed = rep.Replace(`UPDATE {t} SET
-  attempts = attempts + 1,
-  strikes = strikes + ?,
-  last_error = ?,
-  last_failed_at = {now},
-  available_at = {now} + INTERVAL ? MICROSECOND,
-  dead_at = CASE WHEN ? THEN {now} END
-WHERE id = ? AND {pending}`)
 	q.recoverOutage = rep.Replace(`UPDATE {t} SET available_at = {now}
 WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?`)
 	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), {now}),
@@ -177,15 +195,39 @@ func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	return r.claim(ctx, x, q, args...)
 }
 
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool) error {
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
+	q := r.q.markDelete
 	if keep {
-		return store.ExecSeqs(ctx, x, r.q.markProcessed, keys)
+		q = r.q.markProcessed
 	}
-	return store.ExecSeqs(ctx, x, r.q.markDelete, keys)
+	if fence == nil {
+		return store.ExecSeqs(ctx, x, q[0], keys)
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	seqs, err := store.SeqsJSON(keys)
+	if err != nil {
+		return err
+	}
+	if _, err := x.ExecContext(ctx, q[1], seqs, fence.Partitions, fence.Instance, fence.JSON()); err != nil {
+		return err
+	}
+	return r.held(ctx, x, fence)
+}
+
+// held counts the fence's leases still held (the fenced marks hold them
+// until they commit; a locking read sees the newest).
+func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) error {
+	var n int
+	if err := store.QueryRow(ctx, x, r.q.fenceHeld, []any{fence.JSON(), fence.Instance}, &n); err != nil {
+		return err
+	}
+	return store.CheckFence(fence, n)
 }
 
 // MarkFailed updates each row: failures are few next to publishes.
-func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure) (time.Time, error) {
+func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error) {
 	// The time read first is at or before the marks' own.
 	var raw any
 	if err := store.QueryRow(ctx, x, `SELECT `+Now, nil, &raw); err != nil {
@@ -195,14 +237,25 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 	if err != nil {
 		return now, err
 	}
+	var fenceJSON string
+	if fence != nil {
+		fenceJSON = fence.JSON()
+	}
 	for _, f := range fs {
 		strike := 0
 		if f.Strike {
 			strike = 1
 		}
-		if _, err := x.ExecContext(ctx, r.q.markFailed, strike, f.Err, f.Delay.Microseconds(), f.Dead, f.ID); err != nil {
+		q, args := r.q.markFailed[0], []any{strike, f.Err, f.Delay.Microseconds(), f.Dead, f.ID}
+		if fence != nil {
+			q, args = r.q.markFailed[1], append([]any{fence.Partitions, fence.Instance, fenceJSON}, args...)
+		}
+		if _, err := x.ExecContext(ctx, q, args...); err != nil {
 			return now, err
 		}
+	}
+	if fence != nil && len(fs) > 0 {
+		return now, r.held(ctx, x, fence)
 	}
 	return now, nil
 }
@@ -293,12 +346,12 @@ func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) 
 }
 
 // Renew extends the unexpired leases, then reads them back (no RETURNING).
-func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]int, error) {
+func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]store.Lease, error) {
 	if _, err := x.ExecContext(ctx, `UPDATE `+l.t+` SET expires_at = `+Now+` + INTERVAL ? MICROSECOND WHERE owner = ? AND expires_at > `+Now,
 		lease.Microseconds(), instance); err != nil {
 		return nil, err
 	}
-	return store.Column[int](ctx, x, "SELECT `partition` FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, instance)
+	return store.Collect(ctx, x, "SELECT `partition`, generation FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, []any{instance}, store.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -313,7 +366,7 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 // Acquire locks expired partitions (skipping those another instance is
 // taking) and takes them, in one READ COMMITTED transaction (no RETURNING, and
 // no UPDATE with a subquery on the table it updates).
-func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]int, error) {
+func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
 	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
@@ -324,11 +377,16 @@ func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease
 	if err != nil || len(got) == 0 {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+l.t+" SET owner = ?, expires_at = "+Now+" + INTERVAL ? MICROSECOND WHERE `partition` IN ("+placeholders(len(got))+")",
+	in := "`partition` IN (" + placeholders(len(got)) + ")"
+	if _, err := tx.ExecContext(ctx, "UPDATE "+l.t+" SET owner = ?, expires_at = "+Now+" + INTERVAL ? MICROSECOND, generation = generation + 1 WHERE "+in,
 		append([]any{instance, lease.Microseconds()}, anys(got)...)...); err != nil {
 		return nil, err
 	}
-	return got, tx.Commit()
+	out, err := store.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, anys(got), store.ScanLease)
+	if err != nil {
+		return nil, err
+	}
+	return out, tx.Commit()
 }
 
 func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {

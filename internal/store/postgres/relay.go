@@ -46,7 +46,8 @@ type relay struct {
 	t ident.Table
 	q struct {
 		claimLocked, claimOrdered                                                                              [2]string // by [frontier check]
-		claimLeased, unlease, markDelete, markProcessed, markFailed                                            string
+		claimLeased, unlease                                                                                   string
+		markDelete, markProcessed, markFailed                                                                  [2]string // by [fenced]
 		recoverOutage, recoverOwned, stats, storage, dead, requeue, requeueAll, cleanup, cleanupDefault, probe string
 	}
 	leases leases
@@ -115,11 +116,11 @@ WHERE o.id IN (SELECT id FROM {t} WHERE {pending} AND available_at <= statement_
   ORDER BY available_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)
 RETURNING {cols}`)
 	q.unlease = rep.Replace(`UPDATE {t} SET available_at = statement_timestamp() WHERE id = ANY($1::uuid[]) AND {pending}`)
-	q.markDelete = rep.Replace(`DELETE FROM {t} WHERE id = ANY($1::uuid[])`)
-	q.markProcessed = rep.Replace(`UPDATE {t} SET processed_at = now(), last_error = NULL WHERE id = ANY($1::uuid[])`)
+	q.markDelete[0] = rep.Replace(`DELETE FROM {t} WHERE id = ANY($1::uuid[])`)
+	q.markProcessed[0] = rep.Replace(`UPDATE {t} SET processed_at = now(), last_error = NULL WHERE id = ANY($1::uuid[])`)
 	// statement_timestamp, not now(): in a claim's transaction now() is its
 	// start, before publishing, which would shorten the backoffs.
-	q.markFailed = rep.Replace(`UPDATE {t} AS o SET
+	markFailed := `UPDATE {t} AS o SET
   attempts = o.attempts + 1,
   strikes = o.strikes + CASE WHEN u.strike THEN 1 ELSE 0 END,
   last_error = u.err,
@@ -127,7 +128,27 @@ RETURNING {cols}`)
   available_at = statement_timestamp() + u.delay * interval '1 microsecond',
   dead_at = CASE WHEN u.dead THEN statement_timestamp() END
 FROM unnest($1::uuid[], $2::text[], $3::bool[], $4::bool[], $5::float8[]) AS u(id, err, strike, dead, delay)
-WHERE o.id = u.id AND o.processed_at IS NULL AND o.dead_at IS NULL`)
+WHERE o.id = u.id AND o.processed_at IS NULL AND o.dead_at IS NULL`
+	q.markFailed[0] = rep.Replace(markFailed)
+	// Fenced (ordered mode): only rows whose partition is still leased to
+	// this instance under the generation the batch holds (the fence), its
+	// lease rows locked FOR SHARE until the marks commit, so that no Acquire
+	// takes one between the check and the write (Acquire skips locked rows;
+	// one that committed first is seen, its generation bumped). The
+	// statement returns how many of the fence's leases it found held.
+	fenced := func(first int, mark string) string {
+		n := func(i int) string { return fmt.Sprintf("$%d", first+i) }
+		part := strings.Replace(partitionExpr, "$2", n(0), 1)
+		return rep.Replace(`WITH f AS (SELECT l.partition FROM ` + t.Derived("_leases").Quoted() + ` l
+    JOIN unnest(` + n(2) + `::int[], ` + n(3) + `::bigint[]) AS g(part, gen) ON l.partition = g.part AND l.generation = g.gen
+  WHERE l.owner = ` + n(1) + ` FOR SHARE OF l),
+m AS (` + mark + `
+  AND ` + part + ` IN (SELECT partition FROM f) RETURNING 1)
+SELECT count(*) FROM f`)
+	}
+	q.markDelete[1] = fenced(2, `DELETE FROM {t} o WHERE o.id = ANY($1::uuid[])`)
+	q.markProcessed[1] = fenced(2, `UPDATE {t} o SET processed_at = now(), last_error = NULL WHERE o.id = ANY($1::uuid[])`)
+	q.markFailed[1] = fenced(6, markFailed)
 	recover := `WITH u AS (UPDATE {t} AS o SET available_at = statement_timestamp()
 FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::text[])) AS k(topic, type)
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0
@@ -136,10 +157,13 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0
 RETURNING 1)
 SELECT count(*) FROM u`
 	q.recoverOutage = rep.Replace(strings.Replace(recover, "{owned}", "", 1))
-	// Only the partitions leased to $5 ($4 partitions) by the lease table.
+	// Only the partitions leased to $5 ($4 partitions) by the lease table,
+	// under the generations it holds ($6, $7), the lease rows locked against
+	// an Acquire until the statement ends.
 	q.recoverOwned = rep.Replace(strings.Replace(recover, "{owned}", `
-  AND `+strings.Replace(partitionExpr, "$2", "$4", 1)+` IN (SELECT partition FROM `+t.Derived("_leases").Quoted()+`
-    WHERE owner = $5 AND expires_at > statement_timestamp())`, 1))
+  AND `+strings.Replace(partitionExpr, "$2", "$4", 1)+` IN (SELECT l.partition FROM `+t.Derived("_leases").Quoted()+` l
+    JOIN unnest($6::int[], $7::bigint[]) AS g(part, gen) ON l.partition = g.part AND l.generation = g.gen
+    WHERE l.owner = $5 AND l.expires_at > statement_timestamp() FOR SHARE OF l)`, 1))
 	q.stats = rep.Replace(`SELECT p.n, p.failing, (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL), p.age
 FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
         extract(epoch FROM now() - min(created_at)) AS age
@@ -364,20 +388,36 @@ func (r *relay) Rewind() { r.pos.rewind() }
 // grows it, and every mark would scan them all.
 const planned = pgx.QueryExecModeExec
 
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool) error {
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
 	ids := store.IDs(keys)
 	q := r.q.markDelete
 	if keep {
 		q = r.q.markProcessed
 	}
-	_, err := x.ExecContext(ctx, q, planned, ids)
+	var err error
+	if fence == nil {
+		_, err = x.ExecContext(ctx, q[0], planned, ids)
+	} else {
+		err = r.fenced(ctx, x, q[1], fence, ids)
+	}
 	if err == nil {
 		r.pos.published(ids)
 	}
 	return err
 }
 
-func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure) (time.Time, error) {
+// fenced runs the fenced mark q (its arguments args, then the fence's) and
+// checks that it found every lease of the fence held.
+func (r *relay) fenced(ctx context.Context, x store.Execer, q string, fence *store.Fence, args ...any) error {
+	parts, gens := fence.Parts()
+	var held int
+	if err := store.QueryRow(ctx, x, q, append(append([]any{planned}, args...), fence.Partitions, fence.Instance, parts, gens), &held); err != nil {
+		return err
+	}
+	return store.CheckFence(fence, held)
+}
+
+func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error) {
 	n := len(fs)
 	ids, errs := make([]string, n), make([]string, n)
 	strikes, dead, delays := make([]bool, n), make([]bool, n), make([]float64, n)
@@ -393,7 +433,10 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 	// Lowered before the marks commit: a claim running meanwhile may pass
 	// over a row whose retry is soon due.
 	r.pos.failed(fs, now, local)
-	_, err := x.ExecContext(ctx, r.q.markFailed, planned, ids, errs, strikes, dead, delays)
+	if fence != nil {
+		return now, r.fenced(ctx, x, r.q.markFailed[1], fence, ids, errs, strikes, dead, delays)
+	}
+	_, err := x.ExecContext(ctx, r.q.markFailed[0], planned, ids, errs, strikes, dead, delays)
 	return now, err
 }
 
@@ -401,9 +444,11 @@ func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Ti
 	return r.recover(ctx, x, r.q.recoverOutage, since, topics, types)
 }
 
-// RecoverOwned is RecoverOutage on the partitions leased to instance.
-func (r *relay) RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, partitions int, instance string) (int64, error) {
-	return r.recover(ctx, x, r.q.recoverOwned, since, topics, types, partitions, instance)
+// RecoverOwned is RecoverOutage on the partitions the fence's leases still
+// hold.
+func (r *relay) RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, fence *store.Fence) (int64, error) {
+	parts, gens := fence.Parts()
+	return r.recover(ctx, x, r.q.recoverOwned, since, topics, types, fence.Partitions, fence.Instance, parts, gens)
 }
 
 func (r *relay) recover(ctx context.Context, x store.Execer, q string, since time.Time, topics, types []string, more ...any) (int64, error) {
@@ -509,12 +554,12 @@ func newLeases(t ident.Table) leases {
 ON CONFLICT (instance) DO UPDATE SET seen_at = now()`,
 		live: `SELECT count(*) FROM ` + rt + ` WHERE seen_at > now() - $1::float8 * interval '1 millisecond'`,
 		renew: `UPDATE ` + lt + ` SET expires_at = now() + $2::float8 * interval '1 millisecond'
-WHERE owner = $1 AND expires_at > now() RETURNING partition`,
+WHERE owner = $1 AND expires_at > now() RETURNING partition, generation`,
 		release: `UPDATE ` + lt + ` SET owner = '', expires_at = '-infinity' WHERE owner = $1 AND partition = ANY($2::int[])`,
-		acquire: `UPDATE ` + lt + ` SET owner = $1, expires_at = now() + $2::float8 * interval '1 millisecond'
+		acquire: `UPDATE ` + lt + ` SET owner = $1, expires_at = now() + $2::float8 * interval '1 millisecond', generation = generation + 1
 WHERE partition IN (SELECT partition FROM ` + lt + ` WHERE expires_at <= now() AND partition < $4
   ORDER BY partition LIMIT $3 FOR UPDATE SKIP LOCKED)
-RETURNING partition`,
+RETURNING partition, generation`,
 		releaseAll: `UPDATE ` + lt + ` SET owner = '', expires_at = '-infinity' WHERE owner = $1`,
 		leave:      `DELETE FROM ` + rt + ` WHERE instance = $1`,
 	}
@@ -538,8 +583,8 @@ func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) 
 	return n, err
 }
 
-func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]int, error) {
-	return store.Column[int](ctx, x, l.renew, instance, ms(lease))
+func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]store.Lease, error) {
+	return store.Collect(ctx, x, l.renew, []any{instance, ms(lease)}, store.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -547,8 +592,8 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 	return err
 }
 
-func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]int, error) {
-	return store.Column[int](ctx, db, l.acquire, instance, ms(lease), n, partitions)
+func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
+	return store.Collect(ctx, db, l.acquire, []any{instance, ms(lease), n, partitions}, store.ScanLease)
 }
 
 func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {

@@ -31,14 +31,18 @@ const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = 
 type relay struct {
 	t ident.Table
 	q struct {
-		dueLeased, claimLeased, claimOrdered, markDelete, markProcessed, unlease, markFailed, recoverOutage, stats, dead, requeue, requeueAll, cleanup string
+		dueLeased, claimLeased, claimOrdered, recoverOutage, stats, dead, requeue, requeueAll, cleanup, fenceHeld string
+		// by fencing: [none, the claim's lease, the partition leases]
+		markDelete, markProcessed, markFailed [3]string
+		unlease                               string
 	}
 	leases leases
 }
 
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t}
-	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now)
+	lt := t.Derived("_leases").Quoted()
+	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{leases}", lt)
 	q := &r.q
 	// The due rows in due order, then one statement, under SQLite's single
 	// writer, that leases those still due: the rows it moves past the lease
@@ -49,7 +53,7 @@ func newRelay(t ident.Table) *relay {
 	q.dueLeased = rep.Replace(`SELECT seq FROM {t} WHERE {pending} AND available_at <= {now} ORDER BY available_at, seq LIMIT ?`)
 	q.claimLeased = rep.Replace(`UPDATE {t} SET available_at = {now} + ?
 WHERE seq IN (SELECT value FROM json_each(?)) AND {pending} AND available_at <= {now}
-RETURNING seq, {cols}`)
+RETURNING seq, {cols}, available_at`)
 	q.claimOrdered = rep.Replace(`WITH blocked AS (
   SELECT aggregate_type, aggregate_id, min(seq) AS seq FROM {t}
   WHERE {pending} AND available_at > {now} AND aggregate_id <> ''
@@ -61,20 +65,36 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now}
   AND NOT EXISTS (SELECT 1 FROM blocked b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
 ORDER BY o.seq LIMIT ?`)
-	// Marks find their rows by seq, the rowid.
+	// Marks find their rows by seq, the rowid, and are fenced: by the
+	// claim's own lease (ClaimLeased: the available_at it set, which a later
+	// claim of the row, or anything that made it due again, changed), or in
+	// ordered mode by the partition leases of the batch (the row's partition
+	// still leased to this instance under the generation it took). SQLite has
+	// one writer: no Acquire runs between the check and the write.
 	const bySeq = `seq IN (SELECT value FROM json_each(?))`
-	q.markDelete = rep.Replace(`DELETE FROM {t} WHERE ` + bySeq)
-	q.markProcessed = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE ` + bySeq)
+	const byLease = `(seq, available_at) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))`
+	const fenced = `part_key % ? IN (SELECT l.partition FROM {leases} l JOIN json_each(?) f
+    ON l.partition = json_extract(f.value, '$[0]') AND l.generation = json_extract(f.value, '$[1]')
+  WHERE l.owner = ?)`
+	q.fenceHeld = rep.Replace(`SELECT count(*) FROM {leases} l JOIN json_each(?) f
+  ON l.partition = json_extract(f.value, '$[0]') AND l.generation = json_extract(f.value, '$[1]')
+WHERE l.owner = ?`)
+	for i, where := range [3]string{bySeq, byLease, bySeq + ` AND ` + fenced} {
+		q.markDelete[i] = rep.Replace(`DELETE FROM {t} WHERE ` + where)
+		q.markProcessed[i] = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE ` + where)
+	}
 	q.unlease = rep.Replace(`UPDATE {t} SET available_at = min(coalesce(last_failed_at, created_at), {now})
-WHERE {pending} AND ` + bySeq)
-	q.markFailed = rep.Replace(`UPDATE {t} SET
+WHERE {pending} AND ` + byLease)
+	for i, where := range [3]string{``, ` AND available_at = ?`, ` AND ` + fenced} {
+		q.markFailed[i] = rep.Replace(`UPDATE {t} SET
   attempts = attempts + 1,
   strikes = strikes + ?,
   last_error = ?,
   last_failed_at = ?,
   available_at = ? + ?,
   dead_at = CASE WHEN ? THEN ? END
-WHERE id = ? AND {pending}`)
+WHERE id = ? AND {pending}` + where)
+	}
 	q.recoverOutage = rep.Replace(`UPDATE {t} SET available_at = {now}
 WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?`)
 	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min(created_at),
@@ -112,16 +132,20 @@ func anys[T any](xs []T) []any {
 }
 
 // claim runs the claim q and returns its rows in seq order, or in the order of
-// rank (by seq) when given.
-func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, q string, args ...any) ([]store.Claimed, error) {
+// rank (by seq) when given; leased: q returns the lease it set last.
+func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased bool, q string, args ...any) ([]store.Claimed, error) {
 	out, err := store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Claimed, error) {
 		var (
 			c                 store.Claimed
 			payload, metadata string
 			occurred          int64
 		)
-		err := rows.Scan(&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic,
-			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes)
+		dest := []any{&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic,
+			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes}
+		if leased {
+			dest = append(dest, &c.Lease)
+		}
+		err := rows.Scan(dest...)
 		c.Payload, c.Metadata, c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
 		return c, err
 	})
@@ -152,7 +176,7 @@ func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, leas
 	for i, seq := range due {
 		rank[seq] = i
 	}
-	return r.claim(ctx, x, rank, r.q.claimLeased, lease.Microseconds(), store.JSONInts(due))
+	return r.claim(ctx, x, rank, true, r.q.claimLeased, lease.Microseconds(), store.JSONInts(due))
 }
 
 // Unlease makes the rows due again at about the time they were due before
@@ -160,9 +184,9 @@ func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, leas
 // exact time), not now: else rows a batch had no time for would go behind
 // the events that failed in it, and again every batch, never tried while a
 // failing event comes first (the other databases release such rows
-// untouched).
+// untouched). Only rows that still hold the claim's lease.
 func (r *relay) Unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
-	return store.ExecSeqs(ctx, x, r.q.unlease, keys)
+	return store.ExecSeqLeases(ctx, x, r.q.unlease, keys)
 }
 
 func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Claimed, error) {
@@ -171,28 +195,83 @@ func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	}
 	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
 	args := append(append([]any{partitions}, anys(owned)...), limit)
-	return r.claim(ctx, x, nil, q, args...)
+	return r.claim(ctx, x, nil, false, q, args...)
 }
 
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool) error {
-	if keep {
-		return store.ExecSeqs(ctx, x, r.q.markProcessed, keys)
+// fencing returns how the marks of keys are fenced: 2 by the fence, 1 by the
+// claim's leases, 0 not at all.
+func fencing(leased bool, fence *store.Fence) int {
+	switch {
+	case fence != nil:
+		return 2
+	case leased:
+		return 1
 	}
-	return store.ExecSeqs(ctx, x, r.q.markDelete, keys)
+	return 0
+}
+
+// held counts the fence's leases still held: after the fenced marks, in
+// their transaction (SQLite's one writer: nothing took one in between).
+func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) error {
+	var n int
+	if err := store.QueryRow(ctx, x, r.q.fenceHeld, []any{fence.JSON(), fence.Instance}, &n); err != nil {
+		return err
+	}
+	return store.CheckFence(fence, n)
+}
+
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	q := r.q.markDelete
+	if keep {
+		q = r.q.markProcessed
+	}
+	switch f := fencing(keys[0].Lease != 0, fence); f {
+	case 1:
+		return store.ExecSeqLeases(ctx, x, q[f], keys)
+	case 2:
+		seqs, err := store.SeqsJSON(keys)
+		if err != nil {
+			return err
+		}
+		if _, err := x.ExecContext(ctx, q[f], seqs, fence.Partitions, fence.JSON(), fence.Instance); err != nil {
+			return err
+		}
+		return r.held(ctx, x, fence)
+	default:
+		return store.ExecSeqs(ctx, x, q[f], keys)
+	}
 }
 
 // MarkFailed updates each row: failures are few next to publishes.
-func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure) (time.Time, error) {
+func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error) {
 	now := time.Now().UTC()
 	us := now.UnixMicro()
+	var fenceJSON string
+	if fence != nil {
+		fenceJSON = fence.JSON()
+	}
 	for _, f := range fs {
 		strike := 0
 		if f.Strike {
 			strike = 1
 		}
-		if _, err := x.ExecContext(ctx, r.q.markFailed, strike, f.Err, us, us, f.Delay.Microseconds(), f.Dead, us, f.ID); err != nil {
+		args := []any{strike, f.Err, us, us, f.Delay.Microseconds(), f.Dead, us, f.ID}
+		i := fencing(f.Lease != 0, fence)
+		switch i {
+		case 1:
+			args = append(args, f.Lease)
+		case 2:
+			args = append(args, fence.Partitions, fenceJSON, fence.Instance)
+		}
+		if _, err := x.ExecContext(ctx, r.q.markFailed[i], args...); err != nil {
 			return now, err
 		}
+	}
+	if fence != nil && len(fs) > 0 {
+		return now, r.held(ctx, x, fence)
 	}
 	return now, nil
 }
@@ -278,9 +357,9 @@ func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) 
 	return n[0], nil
 }
 
-func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]int, error) {
-	return store.Column[int](ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition`,
-		lease.Microseconds(), instance)
+func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]store.Lease, error) {
+	return store.Collect(ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition, generation`,
+		[]any{lease.Microseconds(), instance}, store.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -292,10 +371,10 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 	return err
 }
 
-func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]int, error) {
-	return store.Column[int](ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?
+func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
+	return store.Collect(ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?, generation = generation + 1
 WHERE partition IN (SELECT partition FROM `+l.t+` WHERE expires_at <= `+Now+` AND partition < ? ORDER BY partition LIMIT ?)
-RETURNING partition`, instance, lease.Microseconds(), partitions, n)
+RETURNING partition, generation`, []any{instance, lease.Microseconds(), partitions, n}, store.ScanLease)
 }
 
 func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {

@@ -55,6 +55,9 @@ var relayTests = []namedTest{
 	{"OldestPendingAgeFromTheWrite", testRelayOldestPendingAgeFromTheWrite},
 	{"RetentionAndCleanup", testRelayRetentionAndCleanup},
 	{"ShutdownIsBounded", testRelayShutdownIsBounded},
+	{"PausedPastItsLease", testRelayPausedPastItsLease},
+	{"StoppedProcessPastItsLease", testRelayStoppedProcessPastItsLease},
+	{"LeaseGenerations", testRelayLeaseGenerations},
 }
 
 // forModes runs f as a parallel subtest per mode, unordered and ordered.

@@ -1,0 +1,39 @@
+// Package relayhook lets Herald's tests stop a relay at exact points of a
+// batch (to pause it there, as a GC pause or SIGSTOP would, or to learn that
+// it got there), from any package of the module: the conformance suite runs
+// relays through package relay's public API only. A test passes its Hook in
+// the context it gives Relay.Run; without one the relay calls nothing.
+package relayhook
+
+import "context"
+
+// Point is a point of a relay's batch.
+type Point int
+
+const (
+	// Claimed: the batch claimed its rows (some), before its first Publish
+	// call.
+	Claimed Point = iota
+	// Publish: right before a Publish call of the batch (before the relay
+	// looks whether the batch still has time for it).
+	Publish
+	// Marks: the batch's Publish calls are over, before its marks.
+	Marks
+	// Done: the batch is over, its marks committed or not (err).
+	Done
+)
+
+// Hook is called at each point of every batch that claimed rows; err is the
+// batch's outcome at Done, nil elsewhere. It may block: the batch waits.
+type Hook func(p Point, err error)
+
+type key struct{}
+
+// With returns ctx carrying h, for Relay.Run.
+func With(ctx context.Context, h Hook) context.Context { return context.WithValue(ctx, key{}, h) }
+
+// From returns the hook ctx carries, or nil.
+func From(ctx context.Context) Hook {
+	h, _ := ctx.Value(key{}).(Hook)
+	return h
+}

@@ -1,0 +1,2 @@
+-- +goose Down
+ALTER TABLE "outbox_messages_leases" DROP COLUMN IF EXISTS generation;
