@@ -355,10 +355,10 @@ func withLater(t *testing.T, d testkit.Dialect, fsys fs.FS) (fs.FS, string, stri
 		out[n] = &fstest.MapFile{Data: b}
 	}
 	next := migs[len(migs)-1].Version + 1
-	col := fmt.Sprintf("%04d_lease_generation", next)
+	col := fmt.Sprintf("%04d_lease_note", next)
 	tbl := fmt.Sprintf("%04d_things", next+1)
-	out[col+".up.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nALTER TABLE " + q("outbox_messages_leases") + " ADD COLUMN generation BIGINT NOT NULL DEFAULT 0;\n")}
-	out[col+".down.sql"] = &fstest.MapFile{Data: []byte("-- +goose Down\nALTER TABLE " + q("outbox_messages_leases") + " DROP COLUMN generation;\n")}
+	out[col+".up.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nALTER TABLE " + q("outbox_messages_leases") + " ADD COLUMN note BIGINT NOT NULL DEFAULT 0;\n")}
+	out[col+".down.sql"] = &fstest.MapFile{Data: []byte("-- +goose Down\nALTER TABLE " + q("outbox_messages_leases") + " DROP COLUMN note;\n")}
 	out[tbl+".up.sql"] = &fstest.MapFile{Data: []byte("-- +goose Up\nCREATE TABLE IF NOT EXISTS " + q("outbox_messages_things") + " (k BIGINT NOT NULL PRIMARY KEY);\n" +
 		"CREATE INDEX " + q("outbox_messages_things_k_idx") + " ON " + q("outbox_messages_things") + " (k);\n")}
 	out[tbl+".down.sql"] = &fstest.MapFile{Data: []byte("-- +goose Down\nDROP TABLE " + q("outbox_messages_things") + ";\n")}
