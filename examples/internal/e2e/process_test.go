@@ -97,7 +97,7 @@ func threeOrderedRelaysOneKilled(t *testing.T, d testkit.Dialect) {
 	// The relay killed below must hold partitions when it dies: wait until
 	// the three share them (at first one instance takes every partition and
 	// gives back its excess at its next lease tick).
-	eventually(t, 10*time.Second, "three relays holding partitions", func() bool {
+	eventually(t, 30*time.Second, "three relays holding partitions", func() bool {
 		var n int64
 		err := e.db.Raw(`SELECT COUNT(DISTINCT owner) FROM outbox_messages_leases WHERE owner <> ''`).Scan(&n).Error
 		return err == nil && n == 3
