@@ -71,14 +71,15 @@ WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
   AND NOT EXISTS (SELECT 1 FROM blocked b
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
 ORDER BY o.seq LIMIT ?`)
-	// In ordered mode the marks are fenced: each row is joined to its
-	// partition's lease, which must still be this instance's ($owner) under
-	// the generation the batch holds (the fence, [partition, generation]
-	// pairs). InnoDB reads the joined lease rows as locking reads (the
-	// newest committed version, share-locked until the marks commit, at
-	// REPEATABLE READ and READ COMMITTED alike), so no Acquire takes the
-	// partition between the check and the write, and one that committed
-	// before is seen.
+	// In ordered mode the marks are fenced. First fenceHeld share-locks the
+	// batch's leases that are still this instance's ($owner) under the
+	// generation the batch holds (the fence, [partition, generation] pairs):
+	// a locking read, of the newest committed version at REPEATABLE READ and
+	// READ COMMITTED alike, held until the marks commit, so no Acquire takes
+	// those partitions before. With every lease held the plain marks follow
+	// (nothing can change under them); with one lost, the fenced marks join
+	// each row to its partition's lease the same way, and change only the
+	// rows of the partitions still held.
 	const fenced = ` STRAIGHT_JOIN {leases} AS l ON l.` + "`partition`" + ` = {part} AND l.owner = ?
 STRAIGHT_JOIN JSON_TABLE(?, '$[*]' COLUMNS (p INT PATH '$[0]', g BIGINT PATH '$[1]')) AS f ON f.p = l.` + "`partition`" + ` AND f.g = l.generation`
 	q.fenceHeld = rep.Replace(`SELECT COUNT(*) FROM {leases} AS l
@@ -200,11 +201,17 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 	if keep {
 		q = r.q.markProcessed
 	}
-	if fence == nil {
+	if fence == nil || len(keys) == 0 {
 		return store.ExecSeqs(ctx, x, q[0], keys)
 	}
-	if len(keys) == 0 {
-		return nil
+	// Every lease held, and share-locked until the marks commit: no
+	// take-over can come between, and the plain mark is fenced as it is.
+	lost := r.held(ctx, x, fence)
+	if lost == nil {
+		return store.ExecSeqs(ctx, x, q[0], keys)
+	}
+	if !errors.Is(lost, store.ErrLeaseLost) {
+		return lost
 	}
 	seqs, err := store.SeqsJSON(keys)
 	if err != nil {
@@ -213,11 +220,13 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 	if _, err := x.ExecContext(ctx, q[1], seqs, fence.Partitions, fence.Instance, fence.JSON()); err != nil {
 		return err
 	}
-	return r.held(ctx, x, fence)
+	return lost
 }
 
-// held counts the fence's leases still held (the fenced marks hold them
-// until they commit; a locking read sees the newest).
+// held counts the fence's leases still held, share-locking them until the
+// transaction ends (a locking read sees the newest version, at any
+// isolation; Acquire skips locked rows), and returns store.ErrLeaseLost when
+// some is not.
 func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) error {
 	var n int
 	if err := store.QueryRow(ctx, x, r.q.fenceHeld, []any{fence.JSON(), fence.Instance}, &n); err != nil {
@@ -237,9 +246,20 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 	if err != nil {
 		return now, err
 	}
-	var fenceJSON string
-	if fence != nil {
-		fenceJSON = fence.JSON()
+	var (
+		fenceJSON string
+		lost      error
+	)
+	if fence != nil && len(fs) > 0 {
+		// As MarkPublished: with every lease held and locked, the plain
+		// marks are fenced as they are.
+		if lost = r.held(ctx, x, fence); lost == nil {
+			fence = nil
+		} else if !errors.Is(lost, store.ErrLeaseLost) {
+			return now, lost
+		} else {
+			fenceJSON = fence.JSON()
+		}
 	}
 	for _, f := range fs {
 		strike := 0
@@ -254,10 +274,7 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 			return now, err
 		}
 	}
-	if fence != nil && len(fs) > 0 {
-		return now, r.held(ctx, x, fence)
-	}
-	return now, nil
+	return now, lost
 }
 
 func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
