@@ -177,7 +177,6 @@ func upgradeFrom(t *testing.T, d testkit.Dialect, file string) {
 type mode struct {
 	name  string
 	relay relay.Config
-	fsys  func(d testkit.Dialect) string // "partitioned" for the partitioned set
 }
 
 func modes(d testkit.Dialect) []mode {

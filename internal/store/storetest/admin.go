@@ -196,7 +196,7 @@ func testAdminLeavesClaimedRowsAlone(t *testing.T, dl testkit.Dialect) {
 		notDead := func(f func(ctx context.Context) error) func(ctx context.Context) error {
 			return func(ctx context.Context) error {
 				if err := f(ctx); !errors.Is(err, admin.ErrNotDead) && !errors.Is(err, relay.ErrNotDead) {
-					return fmt.Errorf("requeue of a claimed event: %v, want not dead", err)
+					return fmt.Errorf("requeue of a claimed event: %w, want not dead", err)
 				}
 				return nil
 			}
