@@ -11,6 +11,7 @@ package storetest
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -206,27 +207,9 @@ func testRelayDeadRelayClaimsComeBack(t *testing.T, dl testkit.Dialect) {
 	st := drv.Relay(ident.MustTable("outbox_messages"))
 	sqlDB, err := e.open().DB()
 	must(t, err)
-	ctx := context.Background()
 	const lease = time.Second
-	var (
-		claimed []store.Claimed
-		die     = func() {}
-	)
 	claimedAt := time.Now()
-	if drv.Caps().RowLocks {
-		tx, err := sqlDB.BeginTx(ctx, nil)
-		must(t, err)
-		claimed, err = st.ClaimLocked(ctx, tx, 4)
-		must(t, err)
-		die = func() { _ = tx.Rollback() } // what the server does when the connection drops
-		t.Cleanup(die)
-	} else {
-		claimed, err = st.ClaimLeased(ctx, sqlDB, 4, lease)
-		must(t, err)
-	}
-	if len(claimed) != 4 {
-		t.Fatalf("claimed %d events, want 4", len(claimed))
-	}
+	claimed, die := claimAsADyingRelay(t, drv, st, sqlDB, 4, lease)
 	gc := testkit.NewGoChannel()
 	got := testkit.Consume(t, gc, depositedTopic)
 	e.run(e.relay(nil, gc, relay.Config{PollInterval: 20 * time.Millisecond}))
@@ -320,26 +303,8 @@ func testRelayReleasedClaimsFoundDespiteSlowBroker(t *testing.T, dl testkit.Dial
 	st := drv.Relay(ident.MustTable("outbox_messages"))
 	sqlDB, err := e.open().DB()
 	must(t, err)
-	ctx := context.Background()
 	const lease = 3 * time.Second
-	var (
-		claimed []store.Claimed
-		die     = func() {}
-	)
-	if drv.Caps().RowLocks {
-		tx, err := sqlDB.BeginTx(ctx, drv.LockingTx())
-		must(t, err)
-		claimed, err = st.ClaimLocked(ctx, tx, 2)
-		must(t, err)
-		die = func() { _ = tx.Rollback() } // what the server does when the connection drops
-		t.Cleanup(die)
-	} else {
-		claimed, err = st.ClaimLeased(ctx, sqlDB, 2, lease)
-		must(t, err)
-	}
-	if len(claimed) != 2 {
-		t.Fatalf("claimed %d events, want 2", len(claimed))
-	}
+	_, die := claimAsADyingRelay(t, drv, st, sqlDB, 2, lease)
 	const slow = 1500 * time.Millisecond
 	gc := testkit.NewGoChannel()
 	got := testkit.Consume(t, gc, depositedTopic)
@@ -1233,4 +1198,34 @@ func testRelayShutdownIsBounded(t *testing.T, dl testkit.Dialect) {
 			t.Fatalf("%d pending, want 3", n)
 		}
 	})
+}
+
+// claimAsADyingRelay claims n events as a relay would (in a transaction that
+// holds their row locks where the database has them, else by a lease of
+// lease) and returns them with die, which ends that relay's claim as a
+// dropped connection would (a rollback; nothing where the claim is a lease,
+// which runs out by itself).
+func claimAsADyingRelay(t *testing.T, drv store.Driver, st store.Relay, sqlDB *sql.DB, n int, lease time.Duration) ([]store.Claimed, func()) {
+	t.Helper()
+	ctx := context.Background()
+	var (
+		claimed []store.Claimed
+		err     error
+		die     = func() {}
+	)
+	if drv.Caps().RowLocks {
+		tx, err := sqlDB.BeginTx(ctx, drv.LockingTx())
+		must(t, err)
+		claimed, err = st.ClaimLocked(ctx, tx, n)
+		must(t, err)
+		die = func() { _ = tx.Rollback() }
+		t.Cleanup(die)
+	} else {
+		claimed, err = st.ClaimLeased(ctx, sqlDB, n, lease)
+		must(t, err)
+	}
+	if len(claimed) != n {
+		t.Fatalf("claimed %d events, want %d", len(claimed), n)
+	}
+	return claimed, die
 }
