@@ -43,12 +43,12 @@ type saveStats struct {
 	mu      sync.Mutex
 	n, slow int64
 	slowest time.Duration
-	skip    func() bool // a save now is not Herald's to answer for
+	skip    func(began, ended time.Time) bool // a save then is not Herald's to answer for
 }
 
-// add records one save that took d.
-func (s *saveStats) add(d, limit time.Duration) {
-	if s.skip != nil && s.skip() {
+// add records one save that began at began and took d.
+func (s *saveStats) add(began time.Time, d, limit time.Duration) {
+	if s.skip != nil && s.skip(began, began.Add(d)) {
 		return
 	}
 	s.mu.Lock()
@@ -77,7 +77,7 @@ type host struct {
 	relays []*child
 
 	longEvents, longAccounts atomic.Int64
-	longOpen                 atomic.Bool  // the long transaction is open
+	longFrom, longTo         atomic.Int64 // when the long transaction was open (Unix ns; longTo 0 while it is)
 	longErr                  atomic.Value // string
 	holds, pauses            atomic.Int64
 	requeued, purged         atomic.Int64
@@ -99,8 +99,8 @@ func (h *host) longTransaction(ctx context.Context, start time.Duration) {
 	}
 	var ids []string
 	until := time.Now().Add(h.o.longTx)
-	h.longOpen.Store(true)
-	defer h.longOpen.Store(false)
+	h.longFrom.Store(time.Now().UnixNano())
+	defer func() { h.longTo.Store(time.Now().UnixNano()) }()
 	err := h.db.Transaction(func(tx *gorm.DB) error {
 		for time.Now().Before(until) && ctx.Err() == nil {
 			for range per {
@@ -244,12 +244,24 @@ func (c *child) signal(sig syscall.Signal) bool {
 	return c.cmd.Process.Signal(sig) == nil
 }
 
+// overlapsLong reports whether [began, ended] overlaps the long transaction.
+func (h *host) overlapsLong(began, ended time.Time) bool {
+	from, to := h.longFrom.Load(), h.longTo.Load()
+	if from == 0 {
+		return false
+	}
+	if to == 0 {
+		to = ended.UnixNano()
+	}
+	return began.UnixNano() <= to && ended.UnixNano() >= from
+}
+
 // rows adds the host's rows to the table.
 func (h *host) rows(row func(string, any), saves *saveStats) {
 	n, slow, slowest := saves.get()
 	label := fmt.Sprintf("application saves slower than %v, of all (slowest)", h.o.slowSave)
 	if h.kind == sqliteDB && h.o.longTx > 0 {
-		label += "; not counted while the long transaction holds SQLite's one write lock"
+		label += "; not counted if they overlap the long transaction, which holds SQLite's one write lock"
 	}
 	row(label, fmt.Sprintf("%d of %d (%v)", slow, n, slowest.Round(time.Millisecond)))
 	if h.o.longTx > 0 {

@@ -364,7 +364,7 @@ func orchestrate(args []string) (bool, error) {
 	if dbase.kind == sqliteDB {
 		// The long transaction holds SQLite's one write lock: every save
 		// waits for it, by SQLite's design, not Herald's.
-		saves.skip = h.longOpen.Load
+		saves.skip = h.overlapsLong
 	}
 	for _, c := range children {
 		if c.role == "relay" {
@@ -617,7 +617,7 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 			}
 			return nil
 		})
-		saves.add(time.Since(began), o.host.slowSave)
+		saves.add(began, time.Since(began), o.host.slowSave)
 		if !led.record(ids, err, poison) {
 			if poison {
 				f.poisonDue.Add(1) // owed still
