@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
 )
@@ -339,8 +340,34 @@ var ErrSchemaOutdated = errors.New("schema outdated")
 // first of objs (tables, columns, checked steps) that exists says is missing;
 // indexes are not required. Nothing is checked while the first table of objs
 // (the one the others hang on) does not exist: a missing table is not an
-// outdated one. It reads catalogs only: no DDL, no lock but a reader's.
+// outdated one. It reads catalogs only: no DDL, no lock but a reader's. A
+// schema that seems outdated is looked at again for about a second (another
+// instance may be making it) before the error.
 func CheckSchema(ctx context.Context, x Execer, objs []Object, exists Catalog) error {
+	err := checkSchema(ctx, x, objs, exists)
+	// Another instance may be creating the same tables at this moment: the
+	// one that made a table adds the later migrations' columns to it right
+	// after (CreateMissing), and the others see the table before them. Look
+	// again a few times, for about a second, before calling it outdated.
+	for i := 0; i < outdatedRechecks && errors.Is(err, ErrSchemaOutdated); i++ {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(outdatedRecheckEvery):
+		}
+		err = checkSchema(ctx, x, objs, exists)
+	}
+	return err
+}
+
+// How often and how long CheckSchema looks again at a schema that seems
+// outdated.
+const (
+	outdatedRechecks     = 4
+	outdatedRecheckEvery = 250 * time.Millisecond
+)
+
+func checkSchema(ctx context.Context, x Execer, objs []Object, exists Catalog) error {
 	first := true
 	for _, o := range objs {
 		if o.Kind == KindIndex || (o.Kind == KindStep && o.Check == "") {
