@@ -314,6 +314,14 @@ func CreateMissing(ctx context.Context, x Execer, objs []Object, exists Catalog,
 			continue
 		}
 		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
+			// Another instance making the same objects at this moment made
+			// this one first (MySQL: 1061 duplicate key name; PostgreSQL: a
+			// unique violation in its catalog): go on to the rest, which
+			// may be this call's to make (a later column of a table made
+			// here).
+			if again, e := exists(ctx, x, o); e == nil && again {
+				continue
+			}
 			if o.Kind == KindIndex && skip != nil && skip(o.Name.String(), err) {
 				continue
 			}
