@@ -656,6 +656,11 @@ func connConfig(ctx context.Context, db *sql.DB) (*pgx.ConnConfig, error) {
 			return fmt.Errorf("listen: driver connection is %T, not pgx", dc)
 		}
 		cfg = pc.Conn().Config()
+		// The copy keeps the pool connection's notification handler: the
+		// listener's notifications would be buffered into that connection
+		// (shared by every listener made from it, and never drained). Nil:
+		// the listener's connection buffers its own.
+		cfg.OnNotification = nil
 		return nil
 	})
 	return cfg, err
