@@ -6,6 +6,7 @@ package outboxhook_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"io/fs"
 	"strings"
@@ -74,28 +75,15 @@ func TestLeastPrivilegeWriter(t *testing.T) {
 	locks, err := fs.ReadFile(migrations.Postgres(), "0006_aggregate_locks.up.sql")
 	must(t, err)
 	role := pgtest.Name("herald_writer_")
-	for _, q := range []string{
-		`SET search_path = ` + schema,
+	asRole(t, admin, schema, role,
 		string(ddl),
 		string(locks),
 		`CREATE TABLE orders (id uuid PRIMARY KEY, status text)`,
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT, INSERT ON outbox_messages TO ` + role,
-		`GRANT SELECT, INSERT, UPDATE ON orders TO ` + role,
-	} {
-		conn, err := admin.Conn(context.Background())
-		must(t, err)
-		_, err = conn.ExecContext(context.Background(), `SET search_path = `+schema+`; `+q)
-		_ = conn.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(`DROP OWNED BY ` + role)
-		_, _ = admin.Exec(`DROP ROLE ` + role)
-	})
+		`CREATE ROLE `+role+` LOGIN`,
+		`GRANT USAGE ON SCHEMA `+schema+` TO `+role,
+		`GRANT SELECT, INSERT ON outbox_messages TO `+role,
+		`GRANT SELECT, INSERT, UPDATE ON orders TO `+role,
+	)
 	db := pgtest.OpenDSN(t, strings.Replace(dsn, "postgres@", role+"@", 1), nil)
 	must(t, db.Use(outboxhook.New(outboxhook.Config{}))) // table present: no DDL tried
 	o := NewOrder()
@@ -118,24 +106,12 @@ func TestAggregateLocksTableAddedToAnExistingOutbox(t *testing.T) {
 	ddl, err := fs.ReadFile(migrations.Postgres(), "0001_outbox_messages.up.sql")
 	must(t, err)
 	role := pgtest.Name("herald_writer_")
-	for _, q := range []string{
+	asRole(t, admin, schema, role,
 		string(ddl),
-		`CREATE ROLE ` + role + ` LOGIN`,
-		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + role,
-		`GRANT SELECT, INSERT ON outbox_messages TO ` + role,
-	} {
-		conn, err := admin.Conn(context.Background())
-		must(t, err)
-		_, err = conn.ExecContext(context.Background(), `SET search_path = `+schema+`; `+q)
-		_ = conn.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = admin.Exec(`DROP OWNED BY ` + role)
-		_, _ = admin.Exec(`DROP ROLE ` + role)
-	})
+		`CREATE ROLE `+role+` LOGIN`,
+		`GRANT USAGE ON SCHEMA `+schema+` TO `+role,
+		`GRANT SELECT, INSERT ON outbox_messages TO `+role,
+	)
 	add := func(db *gorm.DB) error {
 		return db.Transaction(func(tx *gorm.DB) error {
 			m := message.NewMessage(uuid.NewString(), []byte(`{}`))
@@ -180,4 +156,23 @@ func TestOneInsertPerStatement(t *testing.T) {
 	if got := count(t, db, "outbox_messages"); got != 6 || n != 1 {
 		t.Fatalf("%d events in %d INSERT statements, want 6 in 1", got, n)
 	}
+}
+
+// asRole runs stmts as admin in schema, then drops what role owns and role
+// when the test ends.
+func asRole(t *testing.T, admin *sql.DB, schema, role string, stmts ...string) {
+	t.Helper()
+	for _, q := range stmts {
+		conn, err := admin.Conn(context.Background())
+		must(t, err)
+		_, err = conn.ExecContext(context.Background(), `SET search_path = `+schema+`; `+q)
+		_ = conn.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		_, _ = admin.Exec(`DROP OWNED BY ` + role)
+		_, _ = admin.Exec(`DROP ROLE ` + role)
+	})
 }

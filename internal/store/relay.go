@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -338,11 +339,11 @@ type Waker interface {
 func relayNeeds(o Object, ordered, retention bool) (relay, need bool) {
 	name := string(o.Name.Name)
 	switch {
-	case hasSuffix(name, "_leases"), hasSuffix(name, "_relays"), hasSuffix(name, "_ordered_idx"), hasSuffix(name, "_aggregate_idx"):
+	case strings.HasSuffix(name, "_leases"), strings.HasSuffix(name, "_relays"), strings.HasSuffix(name, "_ordered_idx"), strings.HasSuffix(name, "_aggregate_idx"):
 		return true, ordered
-	case hasSuffix(name, "_processed_idx"):
+	case strings.HasSuffix(name, "_processed_idx"):
 		return true, retention
-	case hasSuffix(name, "_dead_idx"):
+	case strings.HasSuffix(name, "_dead_idx"):
 		return true, true
 	}
 	return false, false
@@ -384,8 +385,4 @@ func filterObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table
 		}
 	}
 	return out, nil
-}
-
-func hasSuffix(s, suffix string) bool {
-	return len(s) >= len(suffix) && s[len(s)-len(suffix):] == suffix
 }
