@@ -8,16 +8,20 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 // Config configures the admin page and the operations. The zero value is
 // ready to use: a read-only page on outbox_messages.
 type Config struct {
 	// Table is the outbox table, optionally schema-qualified; it must match
-	// the outbox hook's and the relay's. Defaults to "outbox_messages".
+	// the outbox hook's and the relay's. Defaults to "outbox_messages"
+	// (outboxhook.DefaultTable).
 	Table string
-	// AllowWrites turns the requeue buttons and the POST routes on. Defaults
-	// to false: the page is read-only and a POST is refused with 403.
+	// AllowWrites turns the requeue buttons and the POST routes on; without
+	// it the page is read-only and a POST is refused with 403.
+	// Defaults to false.
 	AllowWrites bool
 	// TrustedOrigins are origins ("https://console.example.com") besides the
 	// page's own that may POST to it, for cross-site request forgery
@@ -26,18 +30,34 @@ type Config struct {
 	// DeadLimit is how many dead events the page and its JSON list, oldest
 	// death first. Defaults to 100.
 	DeadLimit int
+	// FailingLimit is how many groups of failing events (pending events
+	// whose publish failed, by type and last error) the page and its JSON
+	// list, the largest group first. Defaults to 100.
+	FailingLimit int
 	// MaxAge is the age of the oldest pending event past which the outbox is
-	// unhealthy (Status.Problems), as dead events make it. Defaults to 5m;
-	// negative: the age never is a problem.
+	// unhealthy (Status.Problems), as dead events make it; negative, the age
+	// never is a problem. Defaults to 5m.
 	MaxAge time.Duration
+	// WALSlot is the replication slot of a WAL relay (walrelay.Config.Slot)
+	// that Status, the page and api/status report, on PostgreSQL: its lag,
+	// the WAL it holds back, whether a relay streams it. A missing or
+	// invalidated slot, or one lagging past MaxWALLag, makes the outbox
+	// unhealthy. With it the outbox table may be missing (StorageWAL keeps
+	// none). Defaults to none: no slot is reported.
+	WALSlot string
+	// MaxWALLag is the lag of WALSlot (walrelay.SlotStatus.LagBytes) past
+	// which the outbox is unhealthy; negative, the lag never is a problem.
+	// Defaults to 1 GiB (DefaultMaxWALLag).
+	MaxWALLag int64
 	// Wake is called after a requeue, so that a relay of this process
-	// publishes the requeued events at once: the relay's Wake. Defaults to
-	// nil: relays find them at their next poll, or on PostgreSQL when
-	// woken through Channel.
+	// publishes the requeued events at once: the relay's Wake. Without it,
+	// relays find them at their next poll, or on PostgreSQL when woken
+	// through Channel. Defaults to none.
 	Wake func()
 	// Channel is the LISTEN/NOTIFY channel a requeue notifies on PostgreSQL,
 	// waking the relays of every process at once; it must match the relays'
-	// (relay.Config.Channel). Defaults to "herald_outbox".
+	// (relay.Config.Channel). Defaults to "herald_outbox"
+	// (relay.DefaultChannel).
 	Channel string
 	// Title heads the page. Defaults to "Herald outbox".
 	Title string
@@ -46,11 +66,15 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// DefaultMaxWALLag is the default Config.MaxWALLag: 1 GiB.
+const DefaultMaxWALLag int64 = 1 << 30
+
 const (
-	defaultTable     = "outbox_messages"
+	defaultTable     = store.DefaultOutbox
 	defaultDeadLimit = 100
+	defaultFailLimit = 100
 	defaultMaxAge    = 5 * time.Minute
-	defaultChannel   = "herald_outbox"
+	defaultChannel   = store.DefaultChannel
 	defaultTitle     = "Herald outbox"
 )
 
@@ -61,8 +85,14 @@ func (c *Config) setDefaults() {
 	if c.DeadLimit == 0 {
 		c.DeadLimit = defaultDeadLimit
 	}
+	if c.FailingLimit == 0 {
+		c.FailingLimit = defaultFailLimit
+	}
 	if c.MaxAge == 0 {
 		c.MaxAge = defaultMaxAge
+	}
+	if c.MaxWALLag == 0 {
+		c.MaxWALLag = DefaultMaxWALLag
 	}
 	if c.Channel == "" {
 		c.Channel = defaultChannel
@@ -85,8 +115,16 @@ func (c Config) Validate() error {
 	if _, err := ident.ParseName(c.Channel); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Channel: %w", err))
 	}
+	if c.WALSlot != "" {
+		if err := (walrelay.Config{Slot: c.WALSlot}).Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("invalid WALSlot %q: lowercase letters, digits and underscores, at most 63", c.WALSlot))
+		}
+	}
 	if c.DeadLimit < 0 {
 		errs = append(errs, fmt.Errorf("DeadLimit is %d, must not be negative", c.DeadLimit))
+	}
+	if c.FailingLimit < 0 {
+		errs = append(errs, fmt.Errorf("FailingLimit is %d, must not be negative", c.FailingLimit))
 	}
 	cop := http.NewCrossOriginProtection()
 	for _, o := range c.TrustedOrigins {

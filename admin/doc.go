@@ -8,8 +8,14 @@
 // The page is rendered on the server with html/template, with no JavaScript:
 // the figures per topic (pending, failing, dead, age of the oldest pending
 // event, events published in the last minute when a retention keeps them),
-// the dead events with their last errors, and, when Config.AllowWrites is
-// set, a requeue button per dead event and a requeue-all button. Its routes,
+// the failing events (pending, their publish failed at least once) grouped
+// by type and last error with their attempts and next attempt, the dead
+// events with their last errors (whole, wrapped), and, when Config.AllowWrites is
+// set, a requeue button per dead event and a requeue-all button. With
+// Config.WALSlot (events kept in the WAL, outboxhook.StorageWAL, published
+// by walrelay) it shows the relay's replication slot too: whether it exists
+// and a relay streams it, its wal_status, its lag and the WAL it holds back
+// (walrelay.SlotStatus); the outbox table may then be missing. Its routes,
 // relative to where it is mounted (it links relatively, so any prefix works
 // through http.StripPrefix):
 //

@@ -38,6 +38,10 @@ type Report struct {
 	// Dead are up to Config.DeadLimit dead events, oldest death first,
 	// without payloads (api/dead/{id} has them); Status.Total.Dead counts all.
 	Dead []DeadEvent `json:"dead"`
+	// Failing are up to Config.FailingLimit groups of failing events (by
+	// type and last error), the largest first; Status.Total.Failing counts
+	// the events.
+	Failing []FailureGroup `json:"failing"`
 	// Writes tells whether the page may requeue (Config.AllowWrites).
 	Writes bool `json:"writes"`
 }
@@ -53,9 +57,9 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 	cfg.setDefaults()
 	h := &Handler{o: o, cfg: cfg}
 	funcs := template.FuncMap{
-		"age":  func(s float64) string { return Age(time.Duration(s * float64(time.Second))) },
-		"time": func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-		"clip": clip,
+		"bytes": Bytes,
+		"age":   func(s float64) string { return Age(time.Duration(s * float64(time.Second))) },
+		"time":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"short": func(id string) string {
 			if len(id) == 36 {
 				return id[:8] + "…" + id[30:]
@@ -63,6 +67,12 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 			return id
 		},
 		"ago": func(now, t time.Time) string { return Age(max(0, now.Sub(t)).Truncate(time.Second)) + " ago" },
+		"due": func(now, t time.Time) string {
+			if d := t.Sub(now).Truncate(time.Second); d > 0 {
+				return "in " + Age(d)
+			}
+			return "due now"
+		},
 	}
 	h.page = template.Must(template.New("page.html").Funcs(funcs).ParseFS(templates, "templates/page.html", "templates/base.html"))
 	h.one = template.Must(template.New("dead.html").Funcs(funcs).ParseFS(templates, "templates/dead.html", "templates/base.html"))
@@ -119,12 +129,16 @@ type pageData struct {
 	Report
 	Flash, Error string
 	More         int64 // dead events not listed
+	MoreFailing  int64 // failing events not in the groups listed
 }
 
 func (h *Handler) report(ctx context.Context) (Report, error) {
 	st, err := h.o.Status(ctx)
 	if err != nil {
 		return Report{}, err
+	}
+	if st.TableMissing { // WAL mode: no table, only the slot
+		return Report{Status: st, Dead: []DeadEvent{}, Failing: []FailureGroup{}, Writes: h.cfg.AllowWrites}, nil
 	}
 	dead, err := h.o.Dead(ctx, DeadFilter{}, h.cfg.DeadLimit)
 	if err != nil {
@@ -133,7 +147,11 @@ func (h *Handler) report(ctx context.Context) (Report, error) {
 	if dead == nil {
 		dead = []DeadEvent{}
 	}
-	return Report{Status: st, Dead: dead, Writes: h.cfg.AllowWrites}, nil
+	failing, err := h.o.FailingGroups(ctx, FailingFilter{}, h.cfg.FailingLimit)
+	if err != nil {
+		return Report{}, err
+	}
+	return Report{Status: st, Dead: dead, Failing: failing, Writes: h.cfg.AllowWrites}, nil
 }
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
@@ -147,6 +165,10 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	}
 	d.Report = rep
 	d.More = rep.Status.Total.Dead - int64(len(rep.Dead))
+	d.MoreFailing = rep.Status.Total.Failing
+	for _, g := range rep.Failing {
+		d.MoreFailing -= g.Events
+	}
 	h.render(w, h.page, http.StatusOK, d)
 }
 
@@ -364,13 +386,4 @@ func indent(b json.RawMessage) string {
 		return string(b)
 	}
 	return buf.String()
-}
-
-// clip shortens s to n runes on one line.
-func clip(n int, s string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }

@@ -348,3 +348,50 @@ func TestHandlerPublished(t *testing.T) {
 		}
 	}
 }
+
+// The page shows the failing events grouped by type and last error, with
+// their attempts, next attempt and the whole error (wrapped, not clipped);
+// the JSON has the groups.
+func TestHandlerFailing(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		e := newEnv(t, d)
+		h := e.handler(admin.Config{})
+		_, body := serve(t, h, get("/"))
+		if !strings.Contains(body, "Failing events (0)") || !strings.Contains(body, "No failing events.") {
+			t.Fatalf("a page without failing events:\n%s", body)
+		}
+
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, PaymentTaken{OrderID: "3"})
+		long := "broker <refused>: " + strings.Repeat("x", 400) + " end of the error"
+		e.failWith(ids[0], 3, long, time.Minute, time.Hour)
+		e.failWith(ids[1], 1, long, time.Minute, 2*time.Hour)
+		e.failWith(ids[2], 1, "timeout", time.Second, -time.Second)
+		res, body := serve(t, h, get("/"))
+		if res.Code != http.StatusOK {
+			t.Fatalf("GET /: %d", res.Code)
+		}
+		for _, want := range []string{"Failing events (3)", `id="failing"`, "broker &lt;refused&gt;: " + strings.Repeat("x", 400) + " end of the error",
+			"up to 3", "in 59m", "due now", "<code>payment.taken</code>", "timeout"} {
+			if !strings.Contains(body, want) {
+				t.Fatalf("the page lacks %q:\n%s", want, body)
+			}
+		}
+		if !strings.Contains(body, "white-space: pre-wrap") || strings.Contains(body, "max-width: 420px") {
+			t.Fatal("the error column clips")
+		}
+
+		res, body = serve(t, h, get("/api/status"))
+		var rep admin.Report
+		testkit.Must(t, json.Unmarshal([]byte(body), &rep))
+		if res.Code != http.StatusOK || len(rep.Failing) != 2 || rep.Failing[0].Events != 2 || rep.Failing[0].LastError != long ||
+			rep.Failing[0].MaxAttempts != 3 || rep.Failing[1].Type != "payment.taken" {
+			t.Fatalf("api/status failing: %d %+v", res.Code, rep.Failing)
+		}
+
+		// FailingLimit: the groups not shown are counted.
+		_, body = serve(t, e.handler(admin.Config{FailingLimit: 1}), get("/"))
+		if !strings.Contains(body, "1 more in groups not shown") {
+			t.Fatalf("the page does not count the failing events not shown:\n%s", body)
+		}
+	})
+}

@@ -10,12 +10,13 @@ import (
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/logicaltest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(logicaltest.Wrap(m)) }
 
 // OrderPlaced goes to the topic "orders", PaymentTaken to "payments"
 // (testkit.OpsTopic).

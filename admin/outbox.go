@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 // ErrTableMissing is returned (wrapped) by Open when the outbox table does
@@ -43,21 +45,30 @@ type Outbox struct {
 }
 
 // Open returns the operations on the outbox table cfg.Table of db (cfg's
-// other fields that concern them: MaxAge, Wake, Channel, Logger). It fails
-// with ErrTableMissing when the table does not exist.
+// other fields that concern them: MaxAge, WALSlot, MaxWALLag, Wake, Channel,
+// Logger). It fails with ErrTableMissing when the table does not exist,
+// unless cfg.WALSlot is set (StorageWAL keeps no table).
 func Open(ctx context.Context, db *gorm.DB, cfg Config) (*Outbox, error) {
 	o, err := newOutbox(db, cfg)
 	if err != nil {
 		return nil, err
 	}
-	ok, err := o.drv.Outbox(o.table).Exists(ctx, o.db)
+	ok, err := o.tableExists(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("admin: look up table %s: %w", o.table, err)
+		return nil, err
 	}
-	if !ok {
+	if !ok && o.cfg.WALSlot == "" {
 		return nil, fmt.Errorf("admin: %w: %s", ErrTableMissing, o.table)
 	}
 	return o, nil
+}
+
+func (o *Outbox) tableExists(ctx context.Context) (bool, error) {
+	ok, err := o.drv.Outbox(o.table).Exists(ctx, o.db)
+	if err != nil {
+		return false, fmt.Errorf("admin: look up table %s: %w", o.table, err)
+	}
+	return ok, nil
 }
 
 func newOutbox(db *gorm.DB, cfg Config) (*Outbox, error) {
@@ -68,22 +79,20 @@ func newOutbox(db *gorm.DB, cfg Config) (*Outbox, error) {
 	if db == nil {
 		return nil, errors.New("admin: db is required")
 	}
-	sqlDB, err := db.DB()
+	conn, err := drivers.Open(db, cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	drv, err := drivers.For(db)
-	if err != nil {
-		return nil, fmt.Errorf("admin: %w", err)
+	if cfg.WALSlot != "" && conn.Driver.Name() != "postgres" {
+		return nil, fmt.Errorf("admin: WALSlot needs PostgreSQL, not %s", conn.Driver.Name())
 	}
-	table := ident.MustTable(cfg.Table) // checked by Validate
 	return &Outbox{
 		cfg:   cfg,
-		db:    sqlDB,
-		drv:   drv,
-		adm:   drv.Admin(table),
-		table: table,
-		log:   cfg.Logger.With("component", "herald.admin", "table", table.String()),
+		db:    conn.DB,
+		drv:   conn.Driver,
+		adm:   conn.Driver.Admin(conn.Table),
+		table: conn.Table,
+		log:   cfg.Logger.With("component", "herald.admin", "table", conn.Table.String()),
 	}, nil
 }
 
@@ -104,7 +113,8 @@ type Figures struct {
 	// Dead counts the dead events, waiting to be requeued.
 	Dead int64 `json:"dead"`
 	// OldestPendingSeconds is the age of the oldest pending event (since its
-	// insert, by the database's clock) in seconds; 0 when none is pending.
+	// insert or, for a requeued event, its last requeue, by the database's
+	// clock) in seconds; 0 when none is pending.
 	OldestPendingSeconds float64 `json:"oldest_pending_seconds"`
 	// PublishedLastMinute counts the events published within the last
 	// minute, when the table keeps published events (a relay Retention);
@@ -133,26 +143,72 @@ type Status struct {
 	// Topics are the figures of each topic with pending or dead events, or
 	// with events published within the last minute, by topic name.
 	Topics []Figures `json:"topics"`
+	// TableMissing is true when the outbox table does not exist, which
+	// only Config.WALSlot allows (StorageWAL keeps no table): the figures
+	// are then zero.
+	TableMissing bool `json:"table_missing,omitempty"`
+	// WAL is the WAL relay's slot (Config.WALSlot); nil without one.
+	WAL *walrelay.SlotStatus `json:"wal_slot,omitempty"`
 	// Healthy is true when there is no problem.
 	Healthy bool `json:"healthy"`
-	// Problems say what is unhealthy: dead events, and an oldest pending
-	// event older than Config.MaxAge. Empty when healthy.
+	// Problems say what is unhealthy: dead events, an oldest pending event
+	// older than Config.MaxAge and, with Config.WALSlot, a slot that is
+	// missing, invalidated or lagging past Config.MaxWALLag. Empty when
+	// healthy.
 	Problems []string `json:"problems"`
 }
 
 // Status reads the figures per topic, sums them and judges them: dead events,
-// or a pending event older than Config.MaxAge, are problems.
+// or a pending event older than Config.MaxAge, are problems; so are, with
+// Config.WALSlot, a missing or invalidated slot and a lag past
+// Config.MaxWALLag.
 func (o *Outbox) Status(ctx context.Context) (Status, error) {
+	s := Status{Table: o.table.String(), Database: o.drv.Name(), At: time.Now().UTC(), Topics: []Figures{}, Problems: []string{}}
+	if o.cfg.WALSlot != "" {
+		ok, err := o.tableExists(ctx)
+		if err != nil {
+			return Status{}, fmt.Errorf("admin: status: %w", err)
+		}
+		s.TableMissing = !ok
+	}
+	if !s.TableMissing {
+		if err := o.tableStatus(ctx, &s); err != nil {
+			return Status{}, err
+		}
+	}
+	if s.Total.Dead > 0 {
+		s.Problems = append(s.Problems, plural(s.Total.Dead, "dead event"))
+	}
+	if age := s.Total.OldestPending(); o.cfg.MaxAge > 0 && age > o.cfg.MaxAge {
+		s.Problems = append(s.Problems, fmt.Sprintf("the oldest pending event is %s old, over %s", Age(age), o.cfg.MaxAge))
+	}
+	if o.cfg.WALSlot != "" {
+		w, err := walrelay.ReadSlot(ctx, o.db, o.cfg.WALSlot)
+		if err != nil {
+			return Status{}, fmt.Errorf("admin: status: %w", err)
+		}
+		s.WAL = &w
+		if err := w.Problem(); err != nil {
+			s.Problems = append(s.Problems, strings.TrimPrefix(err.Error(), "walrelay: "))
+		} else if o.cfg.MaxWALLag > 0 && w.LagBytes > o.cfg.MaxWALLag {
+			s.Problems = append(s.Problems, fmt.Sprintf("WAL slot %s lags by %s, over %s", w.Slot, Bytes(w.LagBytes), Bytes(o.cfg.MaxWALLag)))
+		}
+	}
+	s.Healthy = len(s.Problems) == 0
+	return s, nil
+}
+
+// tableStatus reads the table's figures into s.
+func (o *Outbox) tableStatus(ctx context.Context, s *Status) error {
 	topics, err := o.adm.Topics(ctx, o.db)
 	if err != nil {
-		return Status{}, fmt.Errorf("admin: status: %w", err)
+		return fmt.Errorf("admin: status: %w", err)
 	}
 	retains, err := o.adm.RetainsPublished(ctx, o.db)
 	if err != nil {
-		return Status{}, fmt.Errorf("admin: status: %w", err)
+		return fmt.Errorf("admin: status: %w", err)
 	}
-	s := Status{Table: o.table.String(), Database: o.drv.Name(), At: time.Now().UTC(), RetainsPublished: retains,
-		Topics: make([]Figures, 0, len(topics)), Problems: []string{}}
+	s.RetainsPublished = retains
 	var published int64
 	for _, t := range topics {
 		f := Figures{Topic: t.Topic, Pending: t.Pending, Failing: t.Failing, Dead: t.Dead, OldestPendingSeconds: t.OldestPending.Seconds()}
@@ -169,14 +225,23 @@ func (o *Outbox) Status(ctx context.Context) (Status, error) {
 	if retains {
 		s.Total.PublishedLastMinute = &published
 	}
-	if s.Total.Dead > 0 {
-		s.Problems = append(s.Problems, plural(s.Total.Dead, "dead event"))
+	return nil
+}
+
+// Bytes formats a size in bytes for a person: 512 B, 3.2 MiB, 1 GiB.
+func Bytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
 	}
-	if age := s.Total.OldestPending(); o.cfg.MaxAge > 0 && age > o.cfg.MaxAge {
-		s.Problems = append(s.Problems, fmt.Sprintf("the oldest pending event is %s old, over %s", Age(age), o.cfg.MaxAge))
+	f, i := float64(n), -1
+	for f >= unit && i < 4 {
+		f /= unit
+		i++
 	}
-	s.Healthy = len(s.Problems) == 0
-	return s, nil
+	s := strconv.FormatFloat(f, 'f', 1, 64)
+	s = strings.TrimSuffix(s, ".0")
+	return s + " " + []string{"KiB", "MiB", "GiB", "TiB", "PiB"}[i]
 }
 
 // plural returns "1 thing" or "n things".
@@ -223,7 +288,7 @@ func (e DeadEvent) Aggregate() string {
 	return strings.TrimSpace(e.AggregateType + " " + e.AggregateID)
 }
 
-func deadEvent(d store.DeadRow, withBody bool) DeadEvent {
+func deadEvent(d store.Row, withBody bool) DeadEvent {
 	e := DeadEvent{ID: d.ID, Type: d.Type, Version: d.Version, Topic: d.Topic, AggregateType: d.AggregateType, AggregateID: d.AggregateID,
 		OccurredAt: d.OccurredAt.UTC(), Attempts: d.Attempts, Strikes: d.Strikes, LastError: d.LastError, DeadAt: d.DeadAt.UTC()}
 	if withBody {
@@ -233,25 +298,65 @@ func deadEvent(d store.DeadRow, withBody bool) DeadEvent {
 }
 
 // rawJSON returns b compacted when it is JSON (the databases store it with
-// different spacing), else b as a JSON string.
+// different spacing), with the escapes of <, > and & that encoding/json
+// writes by default turned back into the characters (the same JSON, which a
+// person reads), else b as a JSON string.
 func rawJSON(b []byte) json.RawMessage {
 	var buf bytes.Buffer
 	if json.Compact(&buf, b) == nil {
-		return buf.Bytes()
+		return unescapeHTML(buf.Bytes())
 	}
-	s, _ := json.Marshal(string(b))
-	return s
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(string(b))
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n"))
+}
+
+// unescapeHTML replaces, in the strings of the valid JSON b, the escapes
+// \u003c, \u003e and \u0026 (any case) by <, > and &; b is changed in place.
+// An escaped backslash before "u003c" is left alone.
+func unescapeHTML(b []byte) []byte {
+	if !bytes.Contains(b, []byte(`\u00`)) {
+		return b
+	}
+	out := b[:0]
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if c != '\\' || i+1 >= len(b) {
+			out = append(out, c)
+			continue
+		}
+		if b[i+1] == 'u' && i+6 <= len(b) {
+			switch strings.ToLower(string(b[i+2 : i+6])) {
+			case "003c":
+				out, i = append(out, '<'), i+5
+				continue
+			case "003e":
+				out, i = append(out, '>'), i+5
+				continue
+			case "0026":
+				out, i = append(out, '&'), i+5
+				continue
+			}
+		}
+		// Another escape: keep it whole, so that its second character
+		// (an escaped backslash) starts nothing.
+		out, i = append(out, c, b[i+1]), i+1
+	}
+	return out
 }
 
 // DeadFilter picks dead events; its conditions are ANDed, and the zero filter
 // picks them all.
 type DeadFilter struct {
-	// IDs: only these events, when not empty.
+	// IDs: only these events, when not empty. Defaults to none: any event.
 	IDs []uuid.UUID
-	// Type: only events of this type, when not empty.
+	// Type: only events of this type, when not empty. Defaults to empty: any
+	// type.
 	Type string
 	// OlderThan: only events that died more than this long ago (by the
-	// database's clock), when > 0.
+	// database's clock), when > 0. Defaults to 0: any age.
 	OlderThan time.Duration
 }
 
@@ -290,8 +395,102 @@ func (o *Outbox) DeadEvent(ctx context.Context, id uuid.UUID) (DeadEvent, error)
 	return deadEvent(rows[0], true), nil
 }
 
+// FailingFilter picks failing events: pending (neither published nor dead)
+// events whose publish failed at least once, which the relays retry. The zero
+// filter picks them all.
+type FailingFilter struct {
+	// Type: only events of this type, when not empty. Defaults to empty: any
+	// type.
+	Type string
+}
+
+// FailingEvent is a failing event: its envelope, its failed attempts and
+// strikes so far, the last error, when it failed last and when the relays
+// try it next.
+type FailingEvent struct {
+	ID            string    `json:"id"`
+	Type          string    `json:"type"`
+	Version       int       `json:"version"`
+	Topic         string    `json:"topic"`
+	AggregateType string    `json:"aggregate_type"`
+	AggregateID   string    `json:"aggregate_id"`
+	OccurredAt    time.Time `json:"occurred_at"`
+	Attempts      int       `json:"attempts"`
+	Strikes       int       `json:"strikes"`
+	LastError     string    `json:"last_error"`
+	// LastFailedAt is when the last attempt failed; zero (null in JSON)
+	// when the table does not record it.
+	LastFailedAt *time.Time `json:"last_failed_at"`
+	// NextAttemptAt is when the event is due again (a relay that holds it
+	// in SQLite's lease has the lease's end here).
+	NextAttemptAt time.Time `json:"next_attempt_at"`
+}
+
+// Aggregate is "type id", or "" for an event of no aggregate.
+func (e FailingEvent) Aggregate() string {
+	return strings.TrimSpace(e.AggregateType + " " + e.AggregateID)
+}
+
+// FailureGroup is the failing events of one type whose last attempt failed
+// with the same error: what one cause of failure holds up.
+type FailureGroup struct {
+	Type      string `json:"type"`
+	LastError string `json:"last_error"`
+	// Events counts the group's events.
+	Events int64 `json:"events"`
+	// MaxAttempts is the most failed attempts one of them has made.
+	MaxAttempts int `json:"max_attempts"`
+	// NextAttemptAt is the soonest next attempt of one of them.
+	NextAttemptAt time.Time `json:"next_attempt_at"`
+	// LastFailedAt is the latest failure of one of them; null when the
+	// table does not record it.
+	LastFailedAt *time.Time `json:"last_failed_at"`
+}
+
+// optTime is t in UTC, or nil when zero.
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
+}
+
+// Failing lists up to limit failing events f picks, soonest next attempt
+// first, without their payloads and metadata.
+func (o *Outbox) Failing(ctx context.Context, f FailingFilter, limit int) ([]FailingEvent, error) {
+	rows, err := o.adm.FindFailing(ctx, o.db, store.FailingFilter{Type: f.Type}, limit)
+	if err != nil {
+		return nil, fmt.Errorf("admin: list failing: %w", err)
+	}
+	out := make([]FailingEvent, len(rows))
+	for i, r := range rows {
+		out[i] = FailingEvent{ID: r.ID, Type: r.Type, Version: r.Version, Topic: r.Topic, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+			OccurredAt: r.OccurredAt.UTC(), Attempts: r.Attempts, Strikes: r.Strikes, LastError: r.LastError,
+			LastFailedAt: optTime(r.LastFailedAt), NextAttemptAt: r.NextAttemptAt.UTC()}
+	}
+	return out, nil
+}
+
+// FailingGroups groups the failing events f picks by type and last error and
+// returns up to limit groups, the largest first (then by type and error).
+func (o *Outbox) FailingGroups(ctx context.Context, f FailingFilter, limit int) ([]FailureGroup, error) {
+	gs, err := o.adm.FailingGroups(ctx, o.db, store.FailingFilter{Type: f.Type}, limit)
+	if err != nil {
+		return nil, fmt.Errorf("admin: group failing: %w", err)
+	}
+	out := make([]FailureGroup, len(gs))
+	for i, g := range gs {
+		out[i] = FailureGroup{Type: g.Type, LastError: g.LastError, Events: g.Events, MaxAttempts: g.MaxAttempts,
+			NextAttemptAt: g.NextAttemptAt.UTC(), LastFailedAt: optTime(g.LastFailedAt)}
+	}
+	return out, nil
+}
+
 // Requeue makes the dead events ids pending again, due now, with their
-// attempts and strikes reset, in one transaction: all of them or, when some
+// attempts and strikes reset and their age counted from now (the oldest
+// pending age, Figures.OldestPendingSeconds, measures a requeued event from
+// its requeue), in one transaction: all of them or, when some
 // id is not a dead event, none (the error wraps ErrNotDead and names those
 // ids). It returns how many it requeued and wakes the relays (Config.Wake,
 // and on PostgreSQL a NOTIFY on Config.Channel).
@@ -374,8 +573,8 @@ func (o *Outbox) wake(ctx context.Context) {
 	if o.cfg.Wake != nil {
 		o.cfg.Wake()
 	}
-	if w := o.drv.Waker(); w != nil {
-		if err := w.Notify(ctx, o.db, o.cfg.Channel); err != nil {
+	if o.drv.Caps().Has(store.Listen) {
+		if err := o.drv.Waker().Notify(ctx, o.db, o.cfg.Channel); err != nil {
 			o.log.Warn("admin: notify the relays", "channel", o.cfg.Channel, "err", err)
 		}
 	}

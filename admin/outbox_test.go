@@ -11,7 +11,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/admin"
+	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
 )
 
 var ctx = context.Background()
@@ -235,7 +238,7 @@ func TestOpenErrors(t *testing.T) {
 		}
 	})
 	for _, cfg := range []admin.Config{
-		{Table: "bad name"}, {Table: "a.b.c"}, {Channel: "bad-channel"}, {DeadLimit: -1},
+		{Table: "bad name"}, {Table: "a.b.c"}, {Channel: "bad-channel"}, {DeadLimit: -1}, {FailingLimit: -1},
 		{TrustedOrigins: []string{"not an origin"}},
 	} {
 		if err := cfg.Validate(); err == nil {
@@ -261,4 +264,182 @@ func join(ids ...uuid.UUID) string {
 		out = append(out, id.String())
 	}
 	return strings.Join(out, ",")
+}
+
+// failWith records n failed attempts of the pending event id, the last with
+// lastErr, failed ago and due again in due.
+func (e *env) failWith(id uuid.UUID, n int, lastErr string, ago, due time.Duration) {
+	e.t.Helper()
+	for range n {
+		e.fail(id)
+	}
+	testkit.Must(e.t, e.db.Exec(`UPDATE outbox_messages SET last_error = ? WHERE id = ?`, lastErr, id.String()).Error)
+	e.stamp(id, "last_failed_at", ago)
+	e.stamp(id, "available_at", -due)
+}
+
+// Failing events (pending, with a failed attempt) are listed soonest next
+// attempt first, with their last error, attempts and next attempt, filtered
+// by type; grouped by type and last error, the largest group first. Pending
+// events that never failed, dead and published events are not failing.
+func TestFailing(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		e := newEnv(t, d)
+		o := e.open(admin.Config{})
+		ids := e.add(OrderPlaced{OrderID: "1"}, OrderPlaced{OrderID: "2"}, OrderPlaced{OrderID: "3"}, PaymentTaken{OrderID: "4"},
+			OrderPlaced{OrderID: "5"}, OrderPlaced{OrderID: "6"}, OrderPlaced{OrderID: "7"})
+		e.failWith(ids[0], 1, "broker: timeout", time.Minute, 3*time.Minute)
+		e.failWith(ids[1], 4, "broker: timeout", 10*time.Second, time.Minute)
+		e.failWith(ids[2], 2, "schema: <bad> & wrong", time.Hour, 2*time.Minute)
+		e.failWith(ids[3], 1, "broker: timeout", 2*time.Minute, 4*time.Minute)
+		e.kill(ids[5], time.Minute, "broker: timeout")
+		e.fail(ids[6])
+		e.stamp(ids[6], "processed_at", time.Second)
+		// ids[4] is pending and never failed.
+
+		evs, err := o.Failing(ctx, admin.FailingFilter{}, 10)
+		testkit.Must(t, err)
+		var got []string
+		for _, ev := range evs {
+			got = append(got, ev.ID)
+		}
+		if strings.Join(got, ",") != join(ids[1], ids[2], ids[0], ids[3]) {
+			t.Fatalf("failing %v, want %s", got, join(ids[1], ids[2], ids[0], ids[3]))
+		}
+		first := evs[0]
+		if first.Type != "order.placed" || first.Topic != "orders" || first.Attempts != 4 || first.LastError != "broker: timeout" ||
+			first.LastFailedAt == nil || time.Since(*first.LastFailedAt) < 5*time.Second || time.Since(*first.LastFailedAt) > time.Minute ||
+			time.Until(first.NextAttemptAt) < 30*time.Second || time.Until(first.NextAttemptAt) > 2*time.Minute {
+			t.Fatalf("first failing %+v", first)
+		}
+		if evs[1].LastError != "schema: <bad> & wrong" {
+			t.Fatalf("second failing %+v", evs[1])
+		}
+		pay, err := o.Failing(ctx, admin.FailingFilter{Type: "payment.taken"}, 10)
+		testkit.Must(t, err)
+		if len(pay) != 1 || pay[0].ID != ids[3].String() {
+			t.Fatalf("failing payments %+v", pay)
+		}
+		if one, _ := o.Failing(ctx, admin.FailingFilter{}, 1); len(one) != 1 {
+			t.Fatalf("limit 1: %d", len(one))
+		}
+
+		gs, err := o.FailingGroups(ctx, admin.FailingFilter{}, 10)
+		testkit.Must(t, err)
+		if len(gs) != 3 {
+			t.Fatalf("groups %+v", gs)
+		}
+		timeout := gs[0]
+		if timeout.Type != "order.placed" || timeout.LastError != "broker: timeout" || timeout.Events != 2 || timeout.MaxAttempts != 4 ||
+			time.Until(timeout.NextAttemptAt) > 2*time.Minute || time.Until(timeout.NextAttemptAt) < 30*time.Second ||
+			timeout.LastFailedAt == nil || time.Since(*timeout.LastFailedAt) > time.Minute {
+			t.Fatalf("largest group %+v", timeout)
+		}
+		if g := gs[1]; g.Type != "order.placed" || g.LastError != "schema: <bad> & wrong" || g.Events != 1 || g.MaxAttempts != 2 {
+			t.Fatalf("second group %+v", g)
+		}
+		if g := gs[2]; g.Type != "payment.taken" || g.LastError != "broker: timeout" || g.Events != 1 {
+			t.Fatalf("third group %+v", g)
+		}
+		gs, err = o.FailingGroups(ctx, admin.FailingFilter{Type: "payment.taken"}, 10)
+		testkit.Must(t, err)
+		if len(gs) != 1 || gs[0].Type != "payment.taken" {
+			t.Fatalf("payment groups %+v", gs)
+		}
+		if gs, _ := o.FailingGroups(ctx, admin.FailingFilter{}, 1); len(gs) != 1 || gs[0].Events != 2 {
+			t.Fatalf("limit 1: %+v", gs)
+		}
+		s, err := o.Status(ctx)
+		testkit.Must(t, err)
+		if s.Total.Failing != 4 {
+			t.Fatalf("status counts %d failing, the list 4", s.Total.Failing)
+		}
+	})
+}
+
+// A requeued event's age counts from its requeue, not from its first insert:
+// an outbox whose only old event was requeued just now is healthy, by every
+// requeue (one id, a type, all).
+func TestRequeueAge(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		e := newEnv(t, d)
+		o := e.open(admin.Config{MaxAge: time.Hour})
+		ids := e.add(OrderPlaced{OrderID: "1"}, PaymentTaken{OrderID: "2"}, OrderPlaced{OrderID: "3"})
+		for _, id := range ids {
+			e.stamp(id, "created_at", 48*time.Hour)
+			e.kill(id, 24*time.Hour, "refused")
+		}
+		oldest := func() time.Duration {
+			t.Helper()
+			s, err := o.Status(ctx)
+			testkit.Must(t, err)
+			return s.Total.OldestPending()
+		}
+		_, err := o.Requeue(ctx, ids[0])
+		testkit.Must(t, err)
+		if age := oldest(); age < 0 || age > time.Minute {
+			t.Fatalf("after a requeue the oldest pending is %s old; the event was requeued just now", age)
+		}
+		_, err = o.RequeueType(ctx, "payment.taken")
+		testkit.Must(t, err)
+		_, err = o.RequeueAll(ctx)
+		testkit.Must(t, err)
+		s, err := o.Status(ctx)
+		testkit.Must(t, err)
+		if s.Total.Pending != 3 || !s.Healthy || s.Total.OldestPending() > time.Minute {
+			t.Fatalf("after requeueing every event: %+v", s)
+		}
+		if evs, err := o.Failing(ctx, admin.FailingFilter{}, 10); err != nil || len(evs) != 0 {
+			t.Fatalf("requeued events are failing: %+v, %v", evs, err)
+		}
+	})
+}
+
+// On PostgreSQL's partitioned outbox (by occurred_at, relay.Config.
+// DropPartitions) a requeue resets the age too, and the row stays in its
+// partition: occurred_at, the partition key, is kept.
+func TestRequeueAgePartitioned(t *testing.T) {
+	_, dsn := pgtest.Schema(t)
+	db := pgtest.OpenDSN(t, dsn, nil)
+	r, err := relay.New(db, testkit.MustNotPublish{T: t}, relay.Config{Retention: time.Hour, DropPartitions: true, Logger: testkit.Quiet()})
+	testkit.Must(t, err)
+	testkit.Must(t, r.Setup(ctx))
+	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Topic: testkit.OpsTopic})))
+	e := &env{t: t, d: testkit.Postgres, db: db}
+	where := func(id uuid.UUID) (part string, occurred time.Time) {
+		t.Helper()
+		testkit.Must(t, db.Raw(`SELECT tableoid::regclass::text, occurred_at FROM outbox_messages WHERE id = ?`, id.String()).Row().Scan(&part, &occurred))
+		return part, occurred
+	}
+	ids := e.add(OrderPlaced{OrderID: "1"})
+	e.stamp(ids[0], "created_at", 48*time.Hour)
+	e.kill(ids[0], 24*time.Hour, "refused")
+	part, occurred := where(ids[0])
+	o := e.open(admin.Config{MaxAge: time.Hour})
+	_, err = o.Requeue(ctx, ids[0])
+	testkit.Must(t, err)
+	s, err := o.Status(ctx)
+	testkit.Must(t, err)
+	if !s.Healthy || s.Total.Pending != 1 || s.Total.OldestPending() > time.Minute {
+		t.Fatalf("after the requeue: %+v", s)
+	}
+	if p, occ := where(ids[0]); p != part || !occ.Equal(occurred) || p == "outbox_messages" {
+		t.Fatalf("the requeued row is in %s (occurred %s), was in %s (occurred %s)", p, occ, part, occurred)
+	}
+}
+
+// A payload stored with encoding/json's escapes of <, > and & reads as the
+// characters; an escaped backslash before "u003c" stays.
+func TestDeadPayloadReadable(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		e := newEnv(t, d)
+		o := e.open(admin.Config{})
+		ids := e.add(OrderPlaced{OrderID: `<a href="x">&</a> \u003c`})
+		e.kill(ids[0], time.Minute, "refused")
+		ev, err := o.DeadEvent(ctx, ids[0])
+		testkit.Must(t, err)
+		if want := `{"OrderID":"<a href=\"x\">&</a> \\u003c"}`; string(ev.Payload) != want {
+			t.Fatalf("payload %s, want %s", ev.Payload, want)
+		}
+	})
 }

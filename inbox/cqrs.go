@@ -23,9 +23,10 @@ import (
 // herald_type, is left to Fallback. Payloads are JSON (Herald's default codec).
 type CQRSMarshaler struct {
 	// Fallback names and reads what is not a Herald event; a
-	// cqrs.CommandEventMarshaler fits. Defaults to what cqrs.JSONMarshaler{}
-	// does: JSON payloads, named by the fully qualified struct name in the
-	// "name" metadata key.
+	// cqrs.CommandEventMarshaler fits. Without one, it is done as
+	// cqrs.JSONMarshaler{} does: JSON payloads, named by the fully qualified
+	// struct name in the "name" metadata key. Defaults to cqrs.JSONMarshaler{}'s
+	// behaviour.
 	Fallback Marshaler
 }
 

@@ -16,7 +16,8 @@
 // called. Otherwise the handler runs with the transaction in its message's
 // context (Tx); its error, or a panic, rolls everything back, the inbox row
 // included, and the message is nacked for redelivery; on success the transaction
-// commits, then the message is acknowledged. Two deliveries of one message at the
+// commits, then what the handler registered with AfterCommit runs, then the
+// message is acknowledged. Two deliveries of one message at the
 // same moment serialize on the row's key: the second waits and then sees a
 // duplicate. The inbox costs one statement per message and no SELECT.
 //
@@ -30,9 +31,25 @@
 // The consumer defaults to the Watermill handler name; the message id is the
 // Herald event id metadata key (events.MetaID), or else the message UUID.
 //
-// Retention: inbox rows older than Config.Retention are deleted in small
-// batches by Run (or Cleanup). The window must outlast the longest time between
-// two deliveries of one message: the relay's retry horizon
+// # Retention
+//
+// Inbox rows older than Config.Retention are deleted in small batches by Run
+// (or Cleanup). The window must outlast the longest time between two
+// deliveries of one message: the relay's retry horizon
 // (relay.Config.RetryHorizon) plus how long the broker may redeliver. Set
-// Config.RetryHorizon to the relay's and New refuses a shorter Retention.
+// Config.RetryHorizon to the relay's and New refuses a shorter Retention. The
+// default, 24h, is far above the relay's default retry horizon (18.5
+// minutes) and the redelivery windows of brokers, while keeping the table's
+// size bounded (at 1,000 messages/s, 86 million rows).
+//
+// # Tracing
+//
+// Config.TracerProvider makes the consumer span each message is handled in:
+// "process <topic>", kind consumer, parented to the producer span the message
+// carries (traceparent/tracestate, injected by the relay), with the messaging
+// attributes (system, destination, message id, consumer group = the
+// consumer) and herald.duplicate. The handler's context (msg.Context(), and
+// the transaction Tx returns) carries it, so the handler's own writes, and
+// the events they record, continue the trace. It defaults to the global
+// provider, a no-op until the application installs an SDK.
 package inbox

@@ -45,43 +45,41 @@ const (
 	AckAndLog
 )
 
+// DefaultTable is the inbox table's default name, "inbox_messages".
+const DefaultTable = store.DefaultInbox
+
 // Config configures an Inbox. The zero value is ready to use.
 type Config struct {
-	// Table is the inbox table, optionally schema-qualified. Defaults to
-	// "inbox_messages".
+	// Table is the inbox table, optionally schema-qualified.
+	// Defaults to "inbox_messages" (DefaultTable).
 	Table string
-	// Consumer names the consumer in the inbox key. Defaults to the Watermill
-	// handler name, so each handler deduplicates on its own.
+	// Consumer names the consumer in the inbox key; by default each handler
+	// deduplicates on its own. Defaults to the Watermill handler name.
 	Consumer string
 	// InvalidID is what happens to a message with no usable id. Defaults to Nack.
 	InvalidID InvalidIDPolicy
-	// Retention is how long a processed message id is kept. Defaults to 24h: far
-	// above the relay's default retry horizon (18.5 minutes) and the redelivery
-	// windows of brokers, while keeping the table's size bounded (at 1,000
-	// messages/s, 86 million rows).
+	// Retention is how long a processed message id is kept: longer than the
+	// relay's retry horizon and the broker's redelivery window (see
+	// "Retention" in the package documentation). Defaults to 24h.
 	Retention time.Duration
 	// RetryHorizon, when set, is the relay's retry horizon
 	// (relay.Config.RetryHorizon()): New fails unless Retention exceeds it.
+	// Defaults to 0: not checked.
 	RetryHorizon time.Duration
 	// CleanupInterval is how often Run deletes expired ids. Defaults to 1m.
 	CleanupInterval time.Duration
-	// CleanupBatch is how many rows one cleanup DELETE removes. Defaults to 1000.
+	// CleanupBatch is how many rows one cleanup DELETE removes.
+	// Defaults to 1000.
 	CleanupBatch int
 	// DisableAutoCreate, when true, never creates the table (apply the
-	// migrations of package migrations). Defaults to false: created at New when
-	// missing, left alone when present.
+	// migrations of package migrations); when false, New creates it when
+	// missing and leaves it alone when present. Defaults to false.
 	DisableAutoCreate bool
 	// Logger receives the inbox's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// TracerProvider makes the consumer span each message is handled in:
-	// "process <topic>", kind consumer, parented to the producer span the
-	// message carries (traceparent/tracestate, injected by the relay), with the
-	// messaging attributes (system, destination, message id, consumer group =
-	// the consumer) and herald.duplicate. The handler's context (msg.Context(),
-	// and the transaction inbox.Tx returns) carries it, so the handler's own
-	// writes, and the events they record, continue the trace. Defaults to the
-	// global provider (otel.GetTracerProvider), a no-op until the application
-	// installs an SDK.
+	// TracerProvider makes the consumer span each message is handled in,
+	// parented to the producer span the message carries (see "Tracing" in the
+	// package documentation). Defaults to otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
 	// MessagingSystem is the messaging.system attribute of the consumer spans
 	// ("nats", "rabbitmq", ...). Defaults to empty: left out.
@@ -90,7 +88,7 @@ type Config struct {
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
-		c.Table = "inbox_messages"
+		c.Table = DefaultTable
 	}
 	if c.Retention == 0 {
 		c.Retention = 24 * time.Hour
@@ -143,7 +141,8 @@ type Inbox struct {
 	log    *slog.Logger
 }
 
-// New checks cfg, creates the inbox table when missing (unless
+// New checks cfg and, on SQLite, the connection's settings
+// (ErrSQLiteSettings), creates the inbox table when missing (unless
 // DisableAutoCreate), checks that an existing one has what every migration
 // makes (ErrSchemaOutdated) and returns the inbox.
 func New(db *gorm.DB, cfg Config) (*Inbox, error) {
@@ -154,16 +153,15 @@ func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 	if db == nil {
 		return nil, errors.New("inbox: db is required")
 	}
-	in := &Inbox{db: db, cfg: cfg, table: ident.MustTable(cfg.Table), log: cfg.Logger.With("component", "herald.inbox")}
-	drv, err := drivers.For(db)
+	conn, err := drivers.Open(db, cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	in.store = drv.Inbox(in.table)
-	in.tracer = telemetry.Tracer(cfg.TracerProvider)
-	if in.sqlDB, err = db.DB(); err != nil {
+	if err := drivers.CheckSQLite(db); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
+	in := &Inbox{db: db, cfg: cfg, table: conn.Table, sqlDB: conn.DB, store: conn.Driver.Inbox(conn.Table),
+		tracer: telemetry.Tracer(cfg.TracerProvider), log: cfg.Logger.With("component", "herald.inbox")}
 	if !cfg.DisableAutoCreate {
 		if err := in.ensureTable(context.Background()); err != nil {
 			return nil, err
@@ -195,6 +193,24 @@ func Tx(ctx context.Context) *gorm.DB {
 	return tx
 }
 
+type afterKey struct{}
+
+// AfterCommit registers fn to run once the inbox's transaction for the
+// message whose context ctx is (msg.Context()) has committed: when what the
+// handler wrote is visible to everyone, before the message is acknowledged.
+// Use it for what must not happen if the handler's writes roll back, or
+// before they are visible: a signal to another goroutine, a cache
+// invalidation. A rollback, a failed commit or a duplicate delivery runs
+// none. Functions run in the order registered, on the handler's goroutine.
+// Outside the inbox middleware AfterCommit does nothing and returns false.
+func AfterCommit(ctx context.Context, fn func()) bool {
+	after, ok := ctx.Value(afterKey{}).(*[]func())
+	if ok {
+		*after = append(*after, fn)
+	}
+	return ok
+}
+
 // errDuplicate ends the transaction of a duplicate delivery.
 var errDuplicate = errors.New("inbox: duplicate")
 
@@ -221,6 +237,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			message.SubscribeTopicFromCtx(outer), id, consumer)
 		duplicate := false
 		defer func() { span.SetAttributes(attribute.Bool("herald.duplicate", duplicate)); telemetry.End(span, err) }()
+		var after []func()
 		err = in.db.WithContext(sctx).Transaction(func(tx *gorm.DB) error {
 			fresh, err := in.store.Insert(tx.Statement.Context, tx.Statement.ConnPool, consumer, id)
 			if err != nil {
@@ -229,7 +246,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			if !fresh {
 				return errDuplicate
 			}
-			msg.SetContext(context.WithValue(sctx, txKey{}, tx))
+			msg.SetContext(context.WithValue(context.WithValue(sctx, txKey{}, tx), afterKey{}, &after))
 			produced, err := call(h, msg)
 			if err != nil {
 				return err
@@ -241,6 +258,10 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		})
 		if errors.Is(err, errDuplicate) {
 			duplicate, err = true, nil
+		} else if err == nil {
+			for _, fn := range after {
+				fn()
+			}
 		}
 		return nil, err
 	}

@@ -23,7 +23,7 @@ import (
 )
 
 // The inbox's configuration, and PostgreSQL-specific tests; its behaviour on
-// every database is the conformance suite's (internal/store/storetest).
+// every database is the conformance suite's (internal/conformance).
 
 func TestConfig(t *testing.T) {
 	t.Parallel()

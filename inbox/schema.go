@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -11,6 +12,12 @@ import (
 // but lacks what a migration makes; the message names the migration to run.
 // It is the same error as outboxhook.ErrSchemaOutdated.
 var ErrSchemaOutdated = store.ErrSchemaOutdated
+
+// ErrSQLiteSettings is returned (wrapped) by New for an SQLite connection
+// without a busy timeout, immediate transactions (_txlock=immediate) or WAL;
+// the message names the DSN to open the file with. It is the same error as
+// outboxhook.ErrSQLiteSettings, whose documentation says why each is needed.
+var ErrSQLiteSettings = drivers.ErrSQLiteSettings
 
 // ensureTable creates the inbox table and its index when the table is missing
 // (the statements of the database's inbox migration, for the configured name).

@@ -7,7 +7,9 @@
 // them as they are (source iofs); goose runs them through [Goose], which joins
 // each pair into one annotated file. [Migrate] applies them itself and records
 // each version in herald_schema_migrations, so that a later release can change
-// the schema.
+// the schema. [List] lists a set's migrations (version, name, files),
+// [ForDatabase] picks a database's set by name, and [Status] tells which of a
+// database's migrations are applied.
 //
 // Herald also creates its tables when they are missing (and leaves them alone
 // when present), so migrations are for deployments where the application's
@@ -37,11 +39,13 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"slices"
 	"testing/fstest"
 
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/drivers"
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/mysql"
 	"github.com/heraldgo/herald/internal/store/postgres"
@@ -67,6 +71,98 @@ func SQLite() fs.FS { return sqlite.Migrations() }
 
 // MySQL returns the MySQL/MariaDB migrations.
 func MySQL() fs.FS { return mysql.Migrations() }
+
+// The default table names the migrations are written for, and the table
+// Migrate records applied versions in.
+const (
+	// DefaultOutboxTable is the outbox table the migrations make,
+	// "outbox_messages" (outboxhook.DefaultTable).
+	DefaultOutboxTable = store.DefaultOutbox
+	// DefaultInboxTable is the inbox table the migrations make,
+	// "inbox_messages" (inbox.DefaultTable).
+	DefaultInboxTable = store.DefaultInbox
+	// VersionTable is the table Migrate records applied versions in,
+	// "herald_schema_migrations".
+	VersionTable = store.MigrationsTable
+)
+
+// Databases are the names of the databases Herald has migrations for, as
+// ForDatabase takes them and the *gorm.DB dialects name them.
+func Databases() []string { return drivers.Names() }
+
+// ForDatabase returns the migrations of a database by name: "postgres",
+// "sqlite" or "mysql" (MySQL and MariaDB).
+func ForDatabase(name string) (fs.FS, error) {
+	d, err := drivers.ByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	return d.Migrations(), nil
+}
+
+// Migration is one numbered migration of a set.
+type Migration struct {
+	// Version is its number, 1 and up, in one sequence across the set.
+	Version int64
+	// Name is what it makes or changes ("outbox_messages", "outbox_upgrade").
+	Name string
+	// Up and Down are its files in the set ("0001_outbox_messages.up.sql").
+	Up, Down string
+}
+
+// String is the migration as its files are named: "0001_outbox_messages".
+func (m Migration) String() string { return fmt.Sprintf("%04d_%s", m.Version, m.Name) }
+
+// List returns the migrations of fsys (one of this package's sets, such as
+// Postgres() or ForDatabase("mysql")), in version order.
+func List(fsys fs.FS) ([]Migration, error) {
+	migs, err := store.Migrations(fsys)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	out := make([]Migration, len(migs))
+	for i, m := range migs {
+		out[i] = Migration{Version: m.Version, Name: m.Name, Up: m.Up, Down: m.Down}
+	}
+	return out, nil
+}
+
+// State is a migration of a database and whether it is applied there.
+type State struct {
+	Migration
+	// Applied reports that its version is recorded in VersionTable.
+	Applied bool
+}
+
+// Status lists the migrations of db's database, in version order, each with
+// whether it is recorded as applied. A database where Migrate never ran (no
+// VersionTable) has every migration not applied, even where Herald created
+// its tables itself: Migrate then records them.
+func Status(ctx context.Context, db *gorm.DB) ([]State, error) {
+	conn, err := drivers.Open(db, "")
+	if err != nil {
+		return nil, fmt.Errorf("migrations: %w", err)
+	}
+	migs, err := List(conn.Driver.Migrations())
+	if err != nil {
+		return nil, err
+	}
+	ok, err := conn.Driver.Outbox(ident.MustTable(store.MigrationsTable)).Exists(ctx, conn.DB)
+	if err != nil {
+		return nil, fmt.Errorf("migrations: look up %s: %w", store.MigrationsTable, err)
+	}
+	var applied []int64
+	if ok {
+		if applied, err = store.AppliedVersions(ctx, conn.DB); err != nil {
+			return nil, fmt.Errorf("migrations: %w", err)
+		}
+	}
+	out := make([]State, len(migs))
+	for i, m := range migs {
+		out[i] = State{Migration: m, Applied: slices.Contains(applied, m.Version)}
+	}
+	return out, nil
+}
 
 // For returns the migrations of db's database.
 func For(db *gorm.DB) (fs.FS, error) {
@@ -99,28 +195,25 @@ func Migrate(ctx context.Context, db *gorm.DB) ([]int64, error) {
 // MigrateFS is Migrate with the migrations of fsys, one of this package's sets
 // for db's database: PostgresPartitioned, for retention by partition drop.
 func MigrateFS(ctx context.Context, db *gorm.DB, fsys fs.FS) ([]int64, error) {
-	d, err := drivers.For(db)
+	conn, err := drivers.Open(db, "")
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("migrations: %w", err)
-	}
-	done, err := store.MigrateFS(ctx, sqlDB, d, fsys)
+	done, err := store.MigrateFS(ctx, conn.DB, conn.Driver, fsys)
 	if err != nil {
 		return done, fmt.Errorf("migrations: %w", err)
 	}
 	return done, nil
 }
 
-// Applied returns the versions recorded in herald_schema_migrations.
+// Applied returns the versions recorded in herald_schema_migrations; it fails
+// when that table is missing (see Status).
 func Applied(ctx context.Context, db *gorm.DB) ([]int64, error) {
-	sqlDB, err := db.DB()
+	conn, err := drivers.Open(db, "")
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return store.AppliedVersions(ctx, sqlDB)
+	return store.AppliedVersions(ctx, conn.DB)
 }
 
 // Goose returns fsys (one of this package's sets) as goose reads migrations:

@@ -414,3 +414,59 @@ func TestLaterMigrationIsPickedUp(t *testing.T) {
 		}
 	})
 }
+
+// The migrations are listed per database without a connection (List,
+// ForDatabase, Databases): one version sequence from 1, the first ones the
+// same on every database; Status reads which are applied, none before
+// Migrate (no version table), all after.
+func TestListAndStatus(t *testing.T) {
+	sets := map[string][]migrations.Migration{}
+	for _, name := range migrations.Databases() {
+		fsys, err := migrations.ForDatabase(name)
+		testkit.Must(t, err)
+		migs, err := migrations.List(fsys)
+		testkit.Must(t, err)
+		if len(migs) < 5 {
+			t.Fatalf("%s: %d migrations", name, len(migs))
+		}
+		for i, m := range migs {
+			if m.Version != int64(i+1) || m.Up != m.String()+".up.sql" || m.Down != m.String()+".down.sql" {
+				t.Fatalf("%s: migration %d is %+v", name, i, m)
+			}
+		}
+		if first := sets["postgres"]; first != nil && !slices.Equal(migs[:5], first[:5]) {
+			t.Fatalf("%s lists %v, postgres %v", name, migs, first)
+		}
+		sets[name] = migs
+	}
+	want := sets["postgres"]
+	if _, err := migrations.ForDatabase("oracle"); err == nil {
+		t.Fatal("ForDatabase(oracle) = nil error")
+	}
+	if want[0].String() != "0001_"+migrations.DefaultOutboxTable {
+		t.Fatalf("first migration %s", want[0])
+	}
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		want := sets[d.Name]
+		db := d.Open(t, d.NewDSN(t), nil)
+		states, err := migrations.Status(context.Background(), db)
+		testkit.Must(t, err)
+		if len(states) != len(want) {
+			t.Fatalf("Status: %d migrations, want %d", len(states), len(want))
+		}
+		for i, s := range states {
+			if s.Migration != want[i] || s.Applied {
+				t.Fatalf("fresh database: %+v", s)
+			}
+		}
+		_, err = migrations.Migrate(context.Background(), db)
+		testkit.Must(t, err)
+		states, err = migrations.Status(context.Background(), db)
+		testkit.Must(t, err)
+		for _, s := range states {
+			if !s.Applied {
+				t.Fatalf("after Migrate: %+v", s)
+			}
+		}
+	})
+}

@@ -92,7 +92,8 @@ const DefaultMessageType = "message"
 // events.MetaID metadata a message may carry (copied from the message a
 // handler received, say) is ignored. Two messages with one id, or a message
 // whose id is already in the outbox, fail with [ErrDuplicateID]: nothing is
-// dropped silently. A message keeps its Herald metadata (type, version,
+// dropped silently (with StorageWAL only the former: the log keeps no index
+// of ids). A message keeps its Herald metadata (type, version,
 // aggregate, occurred_at; type DefaultMessageType when absent) and its other
 // metadata. Its payload must be JSON that every database stores as given (see
 // [ErrEncode]). Other errors are those of Add.

@@ -82,7 +82,7 @@ func (p *Plugin) prepare(o op) func(db *gorm.DB) {
 		for _, r := range roots {
 			pending += len(r.list.Pending())
 		}
-		blind := o.name == opCreate.name && p.caps.FoundRows && updatesNothingOnConflict(db.Statement)
+		blind := o.name == opCreate.name && p.caps.Has(store.FoundRows) && updatesNothingOnConflict(db.Statement)
 		if blind && pending > 0 {
 			db.AddError(fmt.Errorf("%w (%d pending events): create without the ON CONFLICT clause, or upsert with UpdateAll or DoUpdates",
 				ErrAmbiguousUpsert, pending))

@@ -6,18 +6,58 @@ import (
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
 )
 
-// DefaultTable is the outbox table's default name.
-const DefaultTable = "outbox_messages"
+// DefaultTable is the outbox table's default name, "outbox_messages".
+const DefaultTable = store.DefaultOutbox
 
 // DefaultMaxPayloadBytes is the default limit on an encoded payload: 1 MiB.
 const DefaultMaxPayloadBytes = 1 << 20
 
+// DefaultWALPrefix is the default [Config].WALPrefix: "herald".
+const DefaultWALPrefix = "herald"
+
+// Storage is where the plugin writes events.
+type Storage int
+
+const (
+	// StorageTable writes each event as a row of the outbox table
+	// (Config.Table), which package relay publishes. The default.
+	StorageTable Storage = iota
+	// StorageWAL writes each event, on PostgreSQL only, as a transactional
+	// logical message in the write-ahead log (pg_logical_emit_message(true,
+	// Config.WALPrefix, content)) instead of a row: the message exists iff
+	// the saving transaction (and the savepoint it was written under)
+	// commits, no table is written or needed, and package walrelay
+	// publishes the messages through a replication slot, in commit order.
+	// The server must run at wal_level=logical ([ErrWALLevel] at db.Use
+	// otherwise). The content is the row's columns as JSON (id, type,
+	// version, aggregate, topic, payload, metadata with the trace context,
+	// occurred_at). Aggregates are not locked: the log is in commit order.
+	// AddMessages cannot tell an id already written ([ErrDuplicateID] only
+	// for ids repeated in one call). In a transaction the plugin cannot
+	// watch (begun on a pool it does not wrap), a savepoint rolled back
+	// after the write is not seen, and the events it undid are forgotten as
+	// committed.
+	StorageWAL
+)
+
+// String returns "table" or "wal".
+func (s Storage) String() string {
+	switch s {
+	case StorageTable:
+		return "table"
+	case StorageWAL:
+		return "wal"
+	}
+	return fmt.Sprintf("Storage(%d)", int(s))
+}
+
 // Config configures the outbox hook. The zero value is ready to use.
 type Config struct {
 	// Table is the outbox table, optionally schema-qualified ("app.outbox").
-	// Defaults to "outbox_messages".
+	// Defaults to "outbox_messages" (DefaultTable).
 	Table string
 	// Topic returns the topic the relay publishes an event to. It sees the
 	// envelope with every field but Topic set. Defaults to [DefaultTopic], the
@@ -26,14 +66,8 @@ type Config struct {
 	// EventMetadata, when set, returns metadata to store with each event,
 	// computed from the event itself: over the context's metadata
 	// (events.WithMetadata, the trace context), under the metadata given at
-	// record time. For consumers written for Watermill's CQRS component with
-	// its default cqrs.JSONMarshaler, which routes by the "name" metadata key:
-	//
-	//	EventMetadata: func(e events.Event) events.Metadata {
-	//		return events.Metadata{"name": cqrs.JSONMarshaler{}.Name(e)}
-	//	}
-	//
-	// Defaults to nil: none.
+	// record time (see "Metadata" in the package documentation for consumers
+	// of Watermill's CQRS component). Defaults to none.
 	EventMetadata func(e events.Event) events.Metadata
 	// Codec encodes payloads; it must produce JSON (the column is jsonb).
 	// Defaults to events.JSON.
@@ -41,24 +75,31 @@ type Config struct {
 	// MaxPayloadBytes is the largest encoded payload accepted, at most
 	// [MaxPayloadLimit]; it bounds the encoded metadata too, with
 	// [MaxMetadataBytes]. A larger payload or metadata fails the save with
-	// [ErrPayloadTooLarge], on every database alike. Defaults to 1 MiB.
+	// [ErrPayloadTooLarge], on every database alike. Defaults to 1 MiB
+	// (DefaultMaxPayloadBytes).
 	MaxPayloadBytes int
-	// DisableAutoCreate, when true, never creates the outbox table: it must exist
-	// (run the migration in outboxhook/migrations), and a save fails with
-	// [ErrTableMissing] when it does not. Defaults to false: the table and its
-	// index are created at db.Use when missing, and left alone when present, so a
+	// DisableAutoCreate, when true, never creates the outbox table: it must
+	// exist (apply [github.com/heraldgo/herald/migrations]), and a save fails with
+	// [ErrTableMissing] when it does not. When false, the table and its index
+	// are created at db.Use when missing and left alone when present, so a
 	// role without DDL rights works against a table created beforehand.
+	// Defaults to false.
 	DisableAutoCreate bool
 	// Notify, when set, is called once a transaction that wrote events
-	// committed: GORM's own, db.Transaction, db.Begin/Commit (it runs in the
-	// goroutine that committed). For a transaction begun on a pool the plugin
-	// does not wrap (a *gorm.DB handle derived before db.Use that calls Begin
-	// itself, another plugin's pool) it is called right after the write, and
-	// the relay re-checks at growing intervals until the commit shows. Set it to
-	// a relay's Wake in the relay's process, or to a relay.Notifier's Notify in
-	// other processes. It must not block. Defaults to nil: the relay finds
-	// events by polling.
+	// committed, in the goroutine that committed; it must not block (see
+	// "Notify" in the package documentation). Set it to a relay's Wake in the
+	// relay's process, or to a relay.Notifier's Notify in other processes.
+	// Defaults to none: the relay finds events by polling.
 	Notify func()
+	// Storage is where events are written: [StorageTable] (rows of Table) or
+	// [StorageWAL] (logical messages in PostgreSQL's write-ahead log, for
+	// package walrelay). Defaults to StorageTable.
+	Storage Storage
+	// WALPrefix is the prefix of the logical messages StorageWAL writes;
+	// the WAL relay publishes those of its prefix only (walrelay's
+	// Config.Prefix). Unused with StorageTable. Defaults to "herald"
+	// (DefaultWALPrefix).
+	WALPrefix string
 }
 
 // DefaultTopic is the default [Config].Topic: the event type.
@@ -77,11 +118,16 @@ func (c *Config) setDefaults() {
 	if c.MaxPayloadBytes == 0 {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
+	if c.WALPrefix == "" {
+		c.WALPrefix = DefaultWALPrefix
+	}
 }
 
 // Validate reports what is wrong with c after defaults are applied: a table name
-// that is not one or two plain SQL identifiers, or a payload limit that is
-// negative or over [MaxPayloadLimit].
+// that is not one or two plain SQL identifiers, a payload limit that is
+// negative or over [MaxPayloadLimit], a Storage that is neither StorageTable
+// nor StorageWAL, or a WALPrefix with a NUL byte or invalid UTF-8. Whether
+// the database can keep StorageWAL is checked at db.Use.
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
@@ -90,6 +136,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxPayloadBytes < 0 || c.MaxPayloadBytes > MaxPayloadLimit {
 		errs = append(errs, fmt.Errorf("MaxPayloadBytes is %d, must be positive and at most %d", c.MaxPayloadBytes, MaxPayloadLimit))
+	}
+	if c.Storage != StorageTable && c.Storage != StorageWAL {
+		errs = append(errs, fmt.Errorf("unknown Storage %d", int(c.Storage)))
+	}
+	if err := storableText(c.WALPrefix); err != nil {
+		errs = append(errs, fmt.Errorf("WALPrefix %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("outboxhook: invalid config: %w", err)

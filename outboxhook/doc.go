@@ -29,4 +29,46 @@
 //
 // [Add] and [AddMessages] write events that belong to no aggregate, and the
 // messages an inbox handler returns, in the caller's transaction.
+//
+// Because the transaction is wrapped, tx.Statement.ConnPool.(*sql.Tx) is
+// false inside db.Transaction: [SQLTx] returns the *sql.Tx under the wrapper,
+// for libraries that share the GORM transaction as a *sql.Tx (River's
+// riverdatabasesql, DTM's barriers).
+//
+// # Metadata
+//
+// Config.EventMetadata adds metadata computed from each event. For consumers
+// written for Watermill's CQRS component with its default
+// cqrs.JSONMarshaler, which routes by the "name" metadata key:
+//
+//	EventMetadata: func(e events.Event) events.Metadata {
+//		return events.Metadata{"name": cqrs.JSONMarshaler{}.Name(e)}
+//	}
+//
+// (or read Herald's messages with inbox.CQRSMarshaler instead).
+//
+// # SQLite
+//
+// SQLite has one write lock. db.Use (and relay.New and inbox.New) refuses an
+// SQLite connection without a busy timeout, immediate transactions and WAL
+// with [ErrSQLiteSettings], whose message names the DSN to open the file with;
+// with modernc.org/sqlite (gorm.io/driver/sqlite with DriverName "sqlite"):
+//
+//	file:app.db?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate
+//
+// and with mattn/go-sqlite3 (sqlite.Open):
+//
+//	file:app.db?_busy_timeout=10000&_journal_mode=WAL&_txlock=immediate
+//
+// Opened by its path alone, a file makes concurrent writers fail with
+// "database is locked". An in-memory database passes only on a pool of one
+// connection.
+//
+// # Notify
+//
+// Config.Notify is called once a transaction that wrote events committed:
+// GORM's own, db.Transaction, db.Begin/Commit. For a transaction begun on a
+// pool the plugin does not wrap (a *gorm.DB handle derived before db.Use that
+// calls Begin itself, another plugin's pool) it is called right after the
+// write, and the relay re-checks at growing intervals until the commit shows.
 package outboxhook

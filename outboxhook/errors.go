@@ -1,11 +1,20 @@
 package outboxhook
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/heraldgo/herald/internal/store"
+)
 
 // Errors a save returns, wrapped, when its events cannot be written. In each case
 // the statement fails and its transaction is rolled back (or, in a transaction the
 // caller opened, left unable to commit): no business row is kept without its events.
 var (
+	// ErrWALLevel is returned (wrapped) by db.Use for Config.Storage
+	// StorageWAL when the server's wal_level is not logical: set wal_level =
+	// logical (postgresql.conf, or ALTER SYSTEM SET wal_level = logical) and
+	// restart PostgreSQL.
+	ErrWALLevel = store.ErrWALLevel
 	// ErrEncode wraps the codec's error for an event that cannot be encoded
 	// (a channel or function field, a NaN float, ...), and is returned for an
 	// event that one of the databases could not store as given, so that it is
@@ -50,6 +59,9 @@ var (
 	// ErrDuplicateID is returned by [AddMessages] for messages whose ids collide
 	// with each other or with an event already in the outbox.
 	ErrDuplicateID = errors.New("outboxhook: message id already used")
+	// ErrStorageNotSupported is returned (wrapped) by db.Use for
+	// Config.Storage StorageWAL on a database other than PostgreSQL.
+	ErrStorageNotSupported = errors.New("outboxhook: StorageWAL needs PostgreSQL")
 	// ErrNotRegistered is returned by [Add] on a *gorm.DB without the plugin.
 	ErrNotRegistered = errors.New("outboxhook: plugin not registered on this *gorm.DB (db.Use(outboxhook.New(...)))")
 )

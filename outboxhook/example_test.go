@@ -1,6 +1,8 @@
 package outboxhook_test
 
 import (
+	"context"
+	"database/sql"
 	"fmt"
 	"log"
 	"testing"
@@ -9,11 +11,12 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/internal/logicaltest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(logicaltest.Wrap(m)) }
 
 // Invoice is an aggregate: a GORM model that embeds aggregate.Root and records
 // events from its methods.
@@ -93,4 +96,49 @@ func ExampleAdd() {
 	db.Raw(`SELECT payload::text FROM outbox_messages`).Scan(&payload)
 	fmt.Println(payload)
 	// Output: {"Email": "ada@example.com"}
+}
+
+// SQLTx hands the GORM transaction to a library that takes a *sql.Tx (River's
+// riverdatabasesql, DTM's barriers, database/sql code of your own): what it
+// writes commits, or rolls back, with the aggregate and its events.
+func ExampleSQLTx() {
+	db := pgtest.ScratchDB()
+	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+		log.Fatal(err)
+	}
+	if err := db.AutoMigrate(&Invoice{}); err != nil {
+		log.Fatal(err)
+	}
+	if err := db.Exec(`CREATE TABLE jobs (kind text NOT NULL)`).Error; err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+
+	err := db.Transaction(func(tx *gorm.DB) error {
+		inv := &Invoice{ID: uuid.New(), Status: "issued"}
+		inv.Record(InvoiceIssued{InvoiceID: inv.ID})
+		if err := tx.Create(inv).Error; err != nil {
+			return err
+		}
+		_, plain := tx.Statement.ConnPool.(*sql.Tx)
+		fmt.Println("tx.Statement.ConnPool is a *sql.Tx:", plain) // the plugin wraps it
+
+		sqlTx, ok := outboxhook.SQLTx(tx)
+		if !ok {
+			return fmt.Errorf("not in a transaction")
+		}
+		_, err := sqlTx.ExecContext(ctx, `INSERT INTO jobs (kind) VALUES ($1)`, "send_invoice")
+		return err
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	var events, jobs int64
+	db.Table("outbox_messages").Count(&events)
+	db.Table("jobs").Count(&jobs)
+	fmt.Println("events:", events, "jobs:", jobs)
+	// Output:
+	// tx.Statement.ConnPool is a *sql.Tx: false
+	// events: 1 jobs: 1
 }

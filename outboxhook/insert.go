@@ -39,12 +39,12 @@ func (p *Plugin) encode(rec events.Record, ctxMD events.Metadata) (encodedEvent,
 
 // batch is the events one statement inserts.
 type batch struct {
-	evs []store.Event
+	evs []store.Row
 }
 
 func (b *batch) add(env events.Envelope, enc encodedEvent) {
-	b.evs = append(b.evs, store.Event{
-		ID: env.ID, Type: enc.typ, Version: enc.version, AggregateType: env.AggregateType,
+	b.evs = append(b.evs, store.Row{
+		ID: env.ID.String(), Type: enc.typ, Version: enc.version, AggregateType: env.AggregateType,
 		AggregateID: env.AggregateID, Topic: env.Topic, Payload: enc.payload, Metadata: enc.metadata,
 		OccurredAt: env.OccurredAt,
 	})
@@ -64,7 +64,7 @@ func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch, 
 		if errors.Is(err, store.ErrTableMissing) {
 			return 0, nil, fmt.Errorf("%w: %s: %w", ErrTableMissing, p.cfg.Table, err)
 		}
-		return 0, nil, fmt.Errorf("outboxhook: insert into %s: %w", p.cfg.Table, err)
+		return 0, nil, fmt.Errorf("outboxhook: %s: %w", p.dest, err)
 	}
 	return n, toks, nil
 }

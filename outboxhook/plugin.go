@@ -16,12 +16,14 @@ import (
 const Name = "herald:outbox"
 
 // Plugin is the GORM plugin that writes the events recorded by aggregates to the
-// outbox table, in the transaction of the statement that saves them.
+// outbox table (or, with StorageWAL, to PostgreSQL's WAL), in the transaction
+// of the statement that saves them.
 type Plugin struct {
 	cfg   Config
 	table ident.Table
-	out   store.Outbox // the outbox table in the database's implementation
+	out   store.Outbox // the outbox table (or the WAL) in the database's implementation
 	caps  store.Caps   // what the database can do
+	dest  string       // where out writes, for errors: "insert into outbox_messages"
 
 	raw     gorm.ConnPool // the pool wrapped at db.Use
 	wrapped *pool         // its wrapper
@@ -41,8 +43,24 @@ func (p *Plugin) Name() string { return Name }
 // Config returns the plugin's configuration, defaults applied.
 func (p *Plugin) Config() Config { return p.cfg }
 
+// useWAL makes the plugin write events to the WAL (StorageWAL), once the
+// database is known to keep them there.
+func (p *Plugin) useWAL(ctx context.Context, conn drivers.Conn) error {
+	out, err := conn.Driver.WALOutbox(p.cfg.WALPrefix)
+	if err != nil || !p.caps.Has(store.Messages) {
+		return fmt.Errorf("%w (database %s)", ErrStorageNotSupported, conn.Driver.Name())
+	}
+	if err := out.Check(ctx, conn.DB); err != nil {
+		return fmt.Errorf("outboxhook: storage wal: %w", err)
+	}
+	p.out = out
+	p.dest = fmt.Sprintf("emit to the WAL (prefix %q)", p.cfg.WALPrefix)
+	return nil
+}
+
 // Initialize checks the config, creates the outbox table when missing (unless
-// Config.DisableAutoCreate), checks that an existing one has what every
+// Config.DisableAutoCreate, or with StorageWAL, which needs none and checks
+// the database's wal_level instead), checks that an existing one has what every
 // migration makes (ErrSchemaOutdated names the migration to run) and registers
 // the callbacks. GORM calls it from db.Use.
 //
@@ -57,23 +75,30 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 	if err := p.cfg.Validate(); err != nil {
 		return err
 	}
-	p.table = ident.MustTable(p.cfg.Table) // checked by Validate
-	drv, err := drivers.For(db)
+	conn, err := drivers.Open(db, p.cfg.Table)
 	if err != nil {
 		return fmt.Errorf("outboxhook: %w", err)
 	}
+	p.table = conn.Table
 	if err := drivers.Check(db); err != nil {
 		return fmt.Errorf("outboxhook: %w", err)
 	}
-	p.out = drv.Outbox(p.table)
-	p.caps = drv.Caps()
-	if !p.cfg.DisableAutoCreate {
-		if err := p.ensureTable(context.Background(), db, drv); err != nil {
+	p.caps = conn.Driver.Caps()
+	if p.cfg.Storage == StorageWAL {
+		if err := p.useWAL(context.Background(), conn); err != nil {
 			return err
 		}
-	}
-	if err := p.checkTable(context.Background(), db); err != nil {
-		return err
+	} else {
+		p.out = conn.Driver.Outbox(p.table)
+		p.dest = "insert into " + p.cfg.Table
+		if !p.cfg.DisableAutoCreate {
+			if err := p.ensureTable(context.Background(), conn); err != nil {
+				return err
+			}
+		}
+		if err := p.checkTable(context.Background(), conn); err != nil {
+			return err
+		}
 	}
 	p.wrapPool(db)
 	cb := db.Callback()

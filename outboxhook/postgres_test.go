@@ -2,7 +2,7 @@ package outboxhook_test
 
 // PostgreSQL-specific tests of the plugin and its configuration; the write
 // path's behaviour on every database is the conformance suite's
-// (internal/store/storetest).
+// (internal/conformance).
 
 import (
 	"context"

@@ -149,7 +149,7 @@ func (p *Plugin) encodeMetadata(md events.Metadata, id uuid.UUID, typ string) ([
 // checkFields checks the text columns of e (type, topic, aggregate type and
 // id): each stored as given on every database, within [MaxFieldLength]
 // characters ([ErrEncode]).
-func checkFields(e *store.Event) error {
+func checkFields(e *store.Row) error {
 	for _, f := range [...]struct{ name, v string }{
 		{"type", e.Type}, {"topic", e.Topic}, {"aggregate type", e.AggregateType}, {"aggregate id", e.AggregateID},
 	} {

@@ -2,14 +2,9 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -25,8 +20,8 @@ type Stats struct {
 	Failing int64
 	// Dead is the number of dead events, waiting to be requeued.
 	Dead int64
-	// OldestPending is the age of the oldest pending event (since its insert);
-	// 0 when none is pending.
+	// OldestPending is the age of the oldest pending event (since its insert
+	// or, for a requeued event, its last requeue); 0 when none is pending.
 	OldestPending time.Duration
 	// DeadTuples is the database's estimate of the outbox table's dead row
 	// versions: published rows deleted (or updated, with a Retention) that
@@ -73,84 +68,6 @@ func (r *Relay) stats(ctx context.Context) (Stats, store.Stats, error) {
 	return s, st, nil
 }
 
-// DeadEvent is a dead event: its envelope, its failed attempts and strikes
-// (the attempts that failed while the publisher was seen to work, see
-// Config.MaxAttempts), the last error and when it died.
-type DeadEvent struct {
-	events.Envelope
-	Attempts  int
-	Strikes   int
-	LastError string
-	DeadAt    time.Time
-}
-
-// Dead lists up to limit dead events, oldest death first.
-func (r *Relay) Dead(ctx context.Context, limit int) ([]DeadEvent, error) {
-	rows, err := r.st.Dead(ctx, r.db, limit)
-	if err != nil {
-		return nil, fmt.Errorf("relay: list dead: %w", err)
-	}
-	out := make([]DeadEvent, len(rows))
-	for i, d := range rows {
-		e := DeadEvent{Attempts: d.Attempts, Strikes: d.Strikes, LastError: d.LastError, DeadAt: d.DeadAt}
-		e.ID, _ = uuid.Parse(d.ID)
-		e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic = d.Type, d.Version, d.AggregateType, d.AggregateID, d.Topic
-		e.Payload, e.OccurredAt = d.Payload, d.OccurredAt
-		_ = json.Unmarshal(d.Metadata, &e.Metadata) // metadata a dead event cannot decode is left out
-		out[i] = e
-	}
-	return out, nil
-}
-
-// ErrNotDead is returned by Requeue for an id that is not a dead event.
-var ErrNotDead = errors.New("relay: no dead event with that id")
-
-// Requeue makes a dead event pending again, due now, with its attempts and
-// strikes reset.
-func (r *Relay) Requeue(ctx context.Context, id uuid.UUID) error {
-	var ok bool
-	err := r.requeueTx(ctx, func(tx store.Execer) error {
-		var err error
-		ok, err = r.st.Requeue(ctx, tx, id.String())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("relay: requeue %s: %w", id, err)
-	}
-	if !ok {
-		return fmt.Errorf("%w: %s", ErrNotDead, id)
-	}
-	r.Wake()
-	return nil
-}
-
-// RequeueAll makes every dead event pending again, due now, with attempts and
-// strikes reset, and returns how many.
-func (r *Relay) RequeueAll(ctx context.Context) (int64, error) {
-	var n int64
-	err := r.requeueTx(ctx, func(tx store.Execer) error {
-		var err error
-		n, err = r.st.RequeueAll(ctx, tx)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("relay: requeue all: %w", err)
-	}
-	r.Wake()
-	return n, nil
-}
-
-// requeueTx runs f, a requeue, in a transaction begun as the database's
-// locking transactions are (store.Driver.LockingTx: on MySQL READ COMMITTED,
-// so that it passes over the rows relays claimed instead of waiting for
-// them), then makes the next claims start at the head: a claim that ran
-// before the commit did not see the requeued rows.
-func (r *Relay) requeueTx(ctx context.Context, f func(tx store.Execer) error) error {
-	err := store.InTx(ctx, r.db, r.drv.LockingTx(), f)
-	r.rewind()
-	return err
-}
-
 // cleaner deletes published events older than Retention, a batch at a time, on
 // one instance at a time where the database can tell (PostgreSQL: an advisory
 // lock).
@@ -179,15 +96,15 @@ func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
 		return 0, nil
 	}
 	clean := r.st.Cleanup
-	if pr, ok := r.st.(store.PartitionRetention); ok && r.partitioned.Load() {
-		created, dropped, err := pr.MaintainPartitions(ctx, r.db, r.cfg.PartitionInterval, r.cfg.Retention)
+	if r.partitioned.Load() {
+		created, dropped, err := r.st.MaintainPartitions(ctx, r.db, r.cfg.PartitionInterval, r.cfg.Retention)
 		if created > 0 || dropped > 0 {
 			r.log.Debug("partitions", "created", created, "dropped", dropped)
 		}
 		if err != nil {
 			r.log.Warn("partitions: some could not be created or dropped; retried at the next cleanup", "err", err)
 		}
-		clean = pr.CleanupDefault
+		clean = r.st.CleanupDefault
 	}
 	var total int64
 	for {

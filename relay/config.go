@@ -12,174 +12,129 @@ import (
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
 )
 
-// Config configures a Relay. The zero value is ready to use.
+// Config configures a Relay. The zero value is ready to use. The package
+// documentation explains retries and death, the modes, sweeps, retention by
+// partition drop and telemetry at length; each field here ends with its
+// default.
 type Config struct {
-	// Table is the outbox table, optionally schema-qualified; it must match the
-	// outbox hook's. Defaults to "outbox_messages".
+	// Table is the outbox table, optionally schema-qualified; it must match
+	// the outbox hook's. Defaults to "outbox_messages" (DefaultTable).
 	Table string
-	// BatchSize is how many events one cycle claims and publishes. Defaults to 1000.
+	// BatchSize is how many events one cycle claims and publishes.
+	// Defaults to 1000.
 	BatchSize int
-	// PollInterval is how often the relay looks for due events when nothing woke
-	// it. Wake-ups (Wake, LISTEN/NOTIFY) carry the speed; polling is the fallback,
-	// and also what picks up events whose retry time came. Defaults to 1s.
+	// PollInterval is how often the relay looks for due events when nothing
+	// woke it: the fallback of wake-ups (Wake, LISTEN/NOTIFY), and what picks
+	// up events whose retry time came. Defaults to 1s.
 	PollInterval time.Duration
-	// PublishTimeout bounds one Publish call; a publisher that has not returned by
-	// then counts as failed. Defaults to 10s.
+	// PublishTimeout bounds one Publish (or PublishBatch) call; a publisher
+	// that has not returned by then counts as failed. Defaults to 10s.
 	PublishTimeout time.Duration
-	// PublishConcurrency is how many Publish calls run at once within a batch:
-	// chunks of one topic in unordered mode, aggregates in ordered mode. Defaults to 8.
+	// PublishConcurrency is how many Publish calls run at once within a
+	// batch: chunks of one topic in unordered mode, aggregates in ordered
+	// mode. Defaults to 8.
 	PublishConcurrency int
-	// Workers is how many batches run at once while there is a backlog (a batch
-	// came back full), each in its own transaction; each worker claims its next
-	// batch as soon as its last one is marked. In ordered mode each works a
-	// disjoint share of the partitions. Defaults to 2.
+	// Workers is how many batches run at once while there is a backlog (a
+	// batch came back full), each in its own transaction; in ordered mode each
+	// works a disjoint share of the partitions. Defaults to 2.
 	Workers int
-	// MaxAttempts is how many strikes make an event dead: it is kept, with
-	// dead_at set, until requeued. Every failed publish (an error, a panic, or
-	// no return within PublishTimeout) is an attempt (the attempts column) and
-	// schedules a retry (see MinBackoff). It is also a strike (the strikes
-	// column) only when it is confirmed: a Publish call of the same batch, in
-	// the same process, that started after the failed call returned
-	// succeeded, so the publisher worked after the failure and the failure is
-	// the event's own. Only this process's monotonic clock decides that; the
-	// application's and the database's clocks are never compared. Hence:
-	//
-	//   - A broker outage adds no strike, however long, whenever it begins
-	//     (before, during or between batches), in both modes and with any
-	//     number of instances (each trusts only its own calls); only an
-	//     outage that ends within the batch an event failed in can confirm
-	//     that failure: at most one strike per failed call.
-	//   - A failing event dies no sooner than its backoff schedule allows:
-	//     its MaxAttempts-th failure comes about RetryHorizon after its first
-	//     (at least half of it, with jitter; only an outage's recovery, see
-	//     MinBackoff, can bring a retry of it forward, once per outage).
-	//   - A failure nothing confirms is retried every MaxBackoff, for ever:
-	//     a topic the broker refuses while no other traffic flows, a hang
-	//     that leaves its batch no time to publish after it (an unordered
-	//     batch starts no call later than 2 PublishTimeouts after its claim,
-	//     and a hang costs two). Stats.Failing and herald_outbox_failing count
-	//     such events, OldestPending ages, and the log names the topic.
-	//
-	// In ordered mode the layers of a batch publish one after the other, so a
-	// success in a later layer confirms the failures of earlier ones; in
-	// unordered mode a failed chunk is retried one event at a time, so the
-	// events published after a failing one confirm it. Rows that cannot be
-	// decoded die at once. Defaults to 12.
+	// MaxAttempts is how many strikes (confirmed failures, see "Retries and
+	// death" in the package documentation) make an event dead, for the
+	// default retry policy. Every failed publish is an attempt; only a
+	// confirmed one is a strike, so a broker outage kills nothing; rows that
+	// cannot be decoded die at once. Defaults to 12.
 	MaxAttempts int
-	// MinBackoff and MaxBackoff bound the wait before retrying a failed event:
-	// after its n-th failed attempt it waits MinBackoff·2^(n-1), capped at
-	// MaxBackoff, with jitter (between half and all of it), from the moment
-	// the database recorded the failure. Nothing makes a retry due earlier,
-	// whatever other events do, but the recovery from an outage: when at
-	// least two batches in a row of this instance failed and published
-	// nothing, and one of their failures was an event's first attempt, the
-	// first batch that publishes again makes due the retries of the events
-	// that failed since that streak began, for each topic and event type that
-	// batch (or a later one, within MaxBackoff) publishes. A refused topic or
-	// type is never recovered by other traffic. Defaults to 1s and 5m: with
-	// 12 attempts the retry horizon (RetryHorizon) is 18.5 minutes.
+	// Confirmer, when set, confirms failures too: a failure is also a strike
+	// when Confirmer saw a publish call succeed that began after the failed
+	// call returned, in this process. Set it to the WAL relay
+	// (walrelay.Relay) that parks refused events in this relay's table and
+	// shares its publisher: the table then holds little else, and nothing in
+	// its own batches would confirm a refusal that does not wrap
+	// ErrRejected. Defaults to nil: only this relay's own calls confirm.
+	Confirmer Confirmer
+	// MinBackoff and MaxBackoff bound the default retry policy's wait before
+	// retrying a failed event: after its n-th failed attempt it waits
+	// MinBackoff·2^(n-1), capped at MaxBackoff, jittered between half and all
+	// of it, from the moment the database recorded the failure (see
+	// DefaultRetryPolicy). MaxBackoff is also the window of the outage
+	// recovery (see the package documentation), whatever the policy. With 12
+	// attempts the defaults make a retry horizon (RetryHorizon) of 18.5
+	// minutes. Defaults to 1s and 5m.
 	MinBackoff, MaxBackoff time.Duration
-	// Retention keeps published events for this long (processed_at set) before a
-	// cleaner deletes them. Defaults to 0: an event is deleted as soon as the broker
-	// acknowledged it. Deleting at once keeps the table and its index small, which
-	// is what keeps the relay fast; the events are in the broker, and failures stay
-	// in the table as dead events. Set a retention (say 72h) to keep published
-	// events for diagnosis or replay, at the cost of an UPDATE instead of a DELETE
-	// and a cleaner's work.
+	// RetryPolicy decides, for each failed publish, whether the event dies
+	// and when it is retried (see RetryPolicy); with one set, MaxAttempts and
+	// MinBackoff are not used. Defaults to DefaultRetryPolicy with
+	// MaxAttempts, MinBackoff and MaxBackoff.
+	RetryPolicy RetryPolicy
+	// Retention keeps published events for this long (processed_at set)
+	// before a cleaner deletes them; 0 deletes an event as soon as the broker
+	// acknowledged it, which keeps the table and its index small, and so the
+	// relay fast. Set one (say 72h) to keep published events for diagnosis or
+	// replay, at the cost of an UPDATE instead of a DELETE and a cleaner's
+	// work. Defaults to 0.
 	Retention time.Duration
 	// SweepInterval is how often the relay sweeps, where its claims start
-	// from a remembered position (PostgreSQL). A claim there does not start
-	// at the head of the outbox's index, where the entries of published rows
-	// lie until vacuum removes them (and, while any transaction holds back
-	// vacuum's horizon, stay: every claim from the head would walk them all),
-	// but after the last event it claimed, less what may still commit below
-	// it. The sweep, in a cycle of its own, finds what comes back below the
-	// position in ways the claims cannot see: events another instance
-	// claimed and released by dying, events requeued by another process in
-	// a long transaction (unordered mode: it claims a batch from the head;
-	// ordered mode: it looks for due events below the positions of its
-	// partitions and lowers them). A sweep walks the dead entries the claims
-	// skip, so the next waits at least 200 times as long as the last one's
-	// scan took: sweeping takes at most 0.5% of the database's time.
-	// Publishing what a sweep found does not count: the next sweep starts at
-	// most max(SweepInterval, 200 × the last scan) after the last one ended,
-	// however slow the broker.
-	// Defaults to 1s.
+	// from a remembered position (PostgreSQL): the sweep finds what comes
+	// back below the position in ways the claims cannot see (see "Sweeps" in
+	// the package documentation). The next sweep waits at least 200 times as
+	// long as the last one's scan took. Defaults to 1s.
 	SweepInterval time.Duration
 	// DropPartitions (PostgreSQL) enforces Retention by dropping whole
-	// partitions instead of deleting rows: the outbox is a table partitioned
-	// by occurred_at into ranges PartitionInterval wide (Setup or Run creates
-	// it so when missing; the migrations have the same as a variant), the
-	// cleaner creates the ranges ahead of time and drops a partition once its
-	// range ended more than Retention ago and every event in it was published
-	// more than Retention ago. Dropping a partition removes its rows at once,
-	// with nothing for vacuum to do, however many there are; but it takes an
-	// ACCESS EXCLUSIVE lock on the outbox for a moment, and so does creating
-	// a partition (each waits at most 200 ms for transactions that read,
-	// write or claim from the table, such as a pg_dump, while those that come
-	// after wait behind it; retried at the next cleanup when it times out), a pending
-	// or dead event keeps its whole partition (and is deleted with it only
-	// once published, or purged), events whose occurred_at is outside every
-	// range (more than a range ahead of the database's clock, or in a range
-	// already dropped) go to a default partition cleaned row by row, and the
-	// key is (id, occurred_at). Requires Retention > 0 and a Table name of
-	// at most 46 bytes (the partitions' names add 17 to it). An outbox that is not
-	// partitioned is cleaned row by row, with a warning. Defaults to false.
+	// partitions of an outbox partitioned by occurred_at instead of deleting
+	// rows (see "Retention by partition drop" in the package documentation).
+	// Requires Retention > 0 and a Table name of at most 46 bytes.
+	// Defaults to false.
 	DropPartitions bool
 	// PartitionInterval is the width of a partition's occurred_at range with
 	// DropPartitions: at least 1s, aligned on multiples of it (a day's at UTC
 	// midnight). Defaults to 24h.
 	PartitionInterval time.Duration
-	// CleanupInterval is how often the cleaner runs when Retention > 0. Defaults to 1m.
+	// CleanupInterval is how often the cleaner runs when Retention > 0.
+	// Defaults to 1m.
 	CleanupInterval time.Duration
-	// CleanupBatch is how many rows one cleaner DELETE removes. Defaults to 1000.
+	// CleanupBatch is how many rows one cleaner DELETE removes.
+	// Defaults to 1000.
 	CleanupBatch int
 
-	// Ordered publishes the events of each aggregate in commit order, whatever the
-	// number of relay instances: aggregates are hashed into Partitions, each leased
-	// to one instance at a time; a failing event holds back only the later events
-	// of its own aggregate (dead events release them). Defaults to false
-	// (unordered: any instance claims any due event with FOR UPDATE SKIP LOCKED,
-	// the highest throughput).
+	// Ordered publishes the events of each aggregate in commit order, whatever
+	// the number of relay instances: aggregates are hashed into Partitions,
+	// each leased to one instance at a time; a failing event holds back only
+	// the later events of its own aggregate (see "Modes" in the package
+	// documentation). Unordered, any instance claims any due event, for the
+	// highest throughput. Defaults to false.
 	Ordered bool
-	// Partitions is the number of ordering partitions. All instances must agree.
-	// Defaults to 64.
+	// Partitions is the number of ordering partitions; all instances must
+	// agree. Defaults to 64.
 	Partitions int
-	// LeaseDuration is how long a partition lease lasts without renewal; a dead
-	// instance's partitions are taken over after it. Renewed every third of it.
-	// Must be at least 3 times PublishTimeout. Defaults to 30s.
+	// LeaseDuration is how long a partition lease lasts without renewal; a
+	// dead instance's partitions are taken over after it. Renewed every third
+	// of it; must be at least 3 times PublishTimeout. Defaults to 30s.
 	LeaseDuration time.Duration
-	// InstanceID names this relay instance in leases. Defaults to host-pid-random.
+	// InstanceID names this relay instance in leases.
+	// Defaults to host-pid-random.
 	InstanceID string
 
-	// Channel is the PostgreSQL LISTEN/NOTIFY channel the relay listens on for
-	// wake-ups from other processes (see Notifier). Defaults to "herald_outbox".
+	// Channel is the PostgreSQL LISTEN/NOTIFY channel the relay listens on
+	// for wake-ups from other processes (see Notifier).
+	// Defaults to "herald_outbox" (DefaultChannel).
 	Channel string
-	// DisableListen turns LISTEN off: the relay wakes only through Wake and polling.
+	// DisableListen turns LISTEN off: the relay wakes only through Wake and
+	// polling. Defaults to false.
 	DisableListen bool
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
-	// TracerProvider makes the producer spans the relay publishes each event
-	// in: "publish <topic>", kind producer, parented to the trace context of
-	// the request that saved the event (stored with it by the outbox hook), with
-	// the messaging attributes (system, destination, message id); the span is
-	// injected into the message (traceparent/tracestate) for the consumer.
-	// Defaults to the global provider (otel.GetTracerProvider), a no-op until
-	// the application installs an SDK.
+	// TracerProvider makes the producer span each event is published in,
+	// parented to the trace of the request that saved it and injected into
+	// the message (see "Telemetry" in the package documentation).
+	// Defaults to otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
-	// MeterProvider makes the relay's metrics (see Relay.Stats for the
-	// figures): herald.relay.published, herald.relay.failed, herald.relay.dead
-	// (counters), herald.relay.publish.duration (histogram, seconds), and the
-	// gauges herald.outbox.pending, herald.outbox.failing, herald.outbox.dead
-	// and herald.outbox.oldest_pending_age (seconds), all with a table
-	// attribute. Through OpenTelemetry's Prometheus exporter they read
-	// herald_relay_published_total, herald_outbox_pending, ... Defaults to the
-	// global provider (otel.GetMeterProvider), a no-op until the application
-	// installs an SDK.
+	// MeterProvider makes the relay's metrics (see "Telemetry" in the package
+	// documentation). Defaults to otel.GetMeterProvider().
 	MeterProvider metric.MeterProvider
 	// MessagingSystem is the messaging.system attribute of the relay's spans
 	// ("nats", "rabbitmq", "kafka", ...). Defaults to empty: left out.
@@ -201,13 +156,16 @@ const (
 	defaultCleanupN    = 1000
 	defaultPartitions  = 64
 	defaultLease       = 30 * time.Second
-	// DefaultChannel is the default LISTEN/NOTIFY channel.
-	DefaultChannel = "herald_outbox"
+	// DefaultChannel is the default LISTEN/NOTIFY channel, "herald_outbox".
+	DefaultChannel = store.DefaultChannel
+	// DefaultTable is the default outbox table, "outbox_messages" (the outbox
+	// hook's outboxhook.DefaultTable).
+	DefaultTable = store.DefaultOutbox
 )
 
 func (c *Config) setDefaults() {
 	if c.Table == "" {
-		c.Table = "outbox_messages"
+		c.Table = DefaultTable
 	}
 	setDefault(&c.BatchSize, defaultBatchSize)
 	setDefault(&c.PollInterval, defaultPoll)
@@ -283,7 +241,8 @@ func (c Config) Validate() error {
 }
 
 // RetryHorizon is the sum of the un-jittered backoffs of MaxAttempts-1
-// retries: how long after its first failure an event whose failures are all
+// retries (DefaultRetryPolicy.Horizon; with another RetryPolicy, its own
+// Horizon() when it has one, else the default policy's): how long after its first failure an event whose failures are all
 // confirmed makes its last attempt and dies (jitter makes it between half and
 // all of this). Events whose failures are not confirmed (see MaxAttempts) are
 // retried beyond it, every MaxBackoff. An inbox must keep message ids longer
@@ -293,21 +252,8 @@ func (c Config) Validate() error {
 // later than that.
 func (c Config) RetryHorizon() time.Duration {
 	c.setDefaults()
-	var total time.Duration
-	for n := 1; n < c.MaxAttempts; n++ {
-		total += backoff(c.MinBackoff, c.MaxBackoff, n)
+	if p, ok := c.RetryPolicy.(interface{ Horizon() time.Duration }); ok {
+		return p.Horizon()
 	}
-	return total
-}
-
-// backoff is the un-jittered wait after the n-th failure (n >= 1).
-func backoff(minB, maxB time.Duration, n int) time.Duration {
-	d := minB
-	for i := 1; i < n; i++ {
-		d *= 2
-		if d >= maxB {
-			return maxB
-		}
-	}
-	return min(d, maxB)
+	return c.defaultRetryPolicy().Horizon()
 }

@@ -14,7 +14,7 @@ import (
 //
 // The fault point is a hook internal to package relay (export_test.go), so the
 // test lives here, on PostgreSQL only, not in the conformance suite
-// (internal/store/storetest), which runs the relay's other behaviour on every
+// (internal/conformance), which runs the relay's other behaviour on every
 // database.
 func TestFaultBetweenAckAndMark(t *testing.T) {
 	for _, ordered := range []bool{false, true} {

@@ -107,15 +107,7 @@ func (r *Relay) recoverOutage(ctx context.Context, out *outcome, all *store.Fenc
 	for i, k := range keys {
 		topics[i], types[i] = k.topic, k.typ
 	}
-	var (
-		n   int64
-		err error
-	)
-	if p, ok := r.st.(positioned); ok && all != nil {
-		n, err = p.RecoverOwned(ctx, r.db, since, topics, types, all)
-	} else {
-		n, err = r.st.RecoverOutage(ctx, r.db, since, topics, types)
-	}
+	n, err := r.st.RecoverOutage(ctx, r.db, store.Recovery{Since: since, Topics: topics, Types: types, Fence: all})
 	if err != nil {
 		r.health.forget(since, keys)
 		r.log.Warn("publisher back after an outage; could not make waiting retries due", "err", err)

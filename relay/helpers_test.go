@@ -3,7 +3,7 @@ package relay_test
 // Helpers of the tests that stay in package relay: those that need a fault
 // point inside it, or PostgreSQL itself (its proxy, pg_terminate_backend,
 // LISTEN/NOTIFY). The relay's behaviour on every database is the conformance
-// suite's (internal/store/storetest). Publishers, waits and what a subscriber
+// suite's (internal/conformance). Publishers, waits and what a subscriber
 // received come from internal/testkit.
 
 import (

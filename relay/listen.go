@@ -17,7 +17,7 @@ import (
 
 // listen holds one connection in LISTEN on the wake-up channel and wakes the
 // relay on each notification, reconnecting with backoff when it drops (only on
-// a database that can: store.Caps.Listen). The connection is opened outside
+// a database that can: store.Listen). The connection is opened outside
 // the pool of the relay's handle (with its connections' settings): it is
 // never given back, and would starve a small pool.
 func (r *Relay) listen(ctx context.Context) {
@@ -51,7 +51,8 @@ type Notifier struct {
 
 // NotifierConfig configures a Notifier.
 type NotifierConfig struct {
-	// Channel is the LISTEN/NOTIFY channel. Defaults to "herald_outbox".
+	// Channel is the LISTEN/NOTIFY channel. Defaults to "herald_outbox"
+	// (DefaultChannel).
 	Channel string
 	// MinInterval is the least time between two notifications. Defaults to 1ms.
 	MinInterval time.Duration
@@ -81,18 +82,14 @@ func NewNotifier(db *gorm.DB, cfg NotifierConfig) (*Notifier, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	drv, err := drivers.For(db)
+	conn, err := drivers.Open(db, "")
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	if drv.Waker() == nil {
-		return nil, fmt.Errorf("%w (%s)", ErrNoNotify, drv.Name())
+	if !conn.Driver.Caps().Has(store.Listen) {
+		return nil, fmt.Errorf("%w (%s)", ErrNoNotify, conn.Driver.Name())
 	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, fmt.Errorf("relay: %w", err)
-	}
-	return &Notifier{db: sqlDB, waker: drv.Waker(), channel: cfg.Channel, every: cfg.MinInterval,
+	return &Notifier{db: conn.DB, waker: conn.Driver.Waker(), channel: cfg.Channel, every: cfg.MinInterval,
 		pending: make(chan struct{}, 1), log: cfg.Logger.With("component", "herald.notifier")}, nil
 }
 

@@ -2,7 +2,7 @@ package relay_test
 
 // The relay's operations on the database (retention and cleanup, requeue,
 // Stats, shutdown) are tested on every database by the conformance suite,
-// internal/store/storetest; its configuration is tested here.
+// internal/conformance; its configuration is tested here.
 
 import (
 	"strings"

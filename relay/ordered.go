@@ -107,9 +107,6 @@ func (l *leases) tick(ctx context.Context) error {
 		}
 		if len(got) > 0 {
 			l.r.log.Info("partition leases taken", "partitions", got)
-			// Their previous owner may have left events below where this
-			// instance last claimed them.
-			l.r.rewind()
 			defer l.r.Wake()
 		}
 		mine = append(mine, got...)
@@ -182,13 +179,17 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	// take one of its partitions.
 	bctx, startBy, cancel := r.batchContexts(ctx, until.Add(-r.cfg.PublishTimeout-r.cfg.PublishTimeout/4))
 	defer cancel()
-	claimed, err := r.st.ClaimOrdered(bctx, r.db, r.cfg.BatchSize, r.cfg.Partitions, parts)
+	b, err := r.st.Claim(bctx, r.db, store.ClaimParams{
+		Limit: r.cfg.BatchSize, Keep: r.cfg.Retention > 0,
+		Ordered: &store.OrderedClaim{Partitions: r.cfg.Partitions, Owned: parts, Fence: l.fence(parts)},
+	})
 	if err != nil {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
-	rows := toRows(claimed)
+	defer b.Close()
+	rows := toRows(b.Rows())
 	if len(rows) == 0 {
-		return 0, nil
+		return 0, b.Commit(bctx)
 	}
 	r.at(relayhook.Claimed, nil)
 	out := &outcome{}
@@ -226,7 +227,7 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 	if !time.Now().Before(until) {
 		r.log.Warn("relay: batch outlived its partition leases (the process was paused?); its marks are fenced", "took", out.took)
 	}
-	err = r.marksTx(bctx, out, l.fence(parts), l.all())
+	err = r.commitMarks(bctx, b, out, l.all())
 	if errors.Is(err, store.ErrLeaseLost) {
 		l.lost.Store(true)
 	}

@@ -27,12 +27,18 @@ var (
 	// ErrUndecodable is a row whose id or metadata cannot be read; it goes dead
 	// at once, since no retry can fix it.
 	ErrUndecodable = errors.New("relay: stored event cannot be decoded")
+	// ErrRejected is what a publisher's error for one message wraps when the
+	// broker answered and refused that message (too large, refused by the
+	// stream's rules): the broker works, so the failure is the message's
+	// own and counts as a strike at once, without the evidence of a later
+	// call (see BatchPublisher). Errors of transport (a timeout, a lost
+	// connection) must not wrap it: an outage would then kill events.
+	ErrRejected = errors.New("relay: the broker rejected the message")
 )
 
 // row is a claimed outbox row.
 type row struct {
 	id, typ, aggType, aggID, topic string
-	seq, lease                     int64
 	version, attempts, strikes     int
 	payload, metadata              []byte
 	occurred                       time.Time
@@ -42,10 +48,10 @@ type row struct {
 
 // toRows makes claimed rows ready to publish: each with its message, or the
 // reason it cannot have one.
-func toRows(claimed []store.Claimed) []*row {
+func toRows(claimed []store.Row) []*row {
 	out := make([]*row, len(claimed))
 	for i, c := range claimed {
-		r := &row{id: c.ID, seq: c.Seq, lease: c.Lease, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
+		r := &row{id: c.ID, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
 			version: c.Version, attempts: c.Attempts, strikes: c.Strikes, payload: c.Payload, metadata: c.Metadata,
 			occurred: c.OccurredAt}
 		r.msg, r.err = toMessage(r)
@@ -53,9 +59,6 @@ func toRows(claimed []store.Claimed) []*row {
 	}
 	return out
 }
-
-// key names the row to the store's marks.
-func (r *row) key() store.Key { return store.Key{ID: r.id, Seq: r.seq, Lease: r.lease} }
 
 // toMessage builds the Watermill message of a row: its UUID is the event id.
 func toMessage(r *row) (*message.Message, error) {
@@ -121,15 +124,51 @@ func (e *evidence) confirms(end time.Time) bool {
 	return !e.lastOK.IsZero() && !e.lastOK.Before(end)
 }
 
-// publish calls the publisher with a timeout of PublishTimeout, turning a panic
-// into an error, and records a success in ev. startBy is the batch's start-by
+// Confirmer is a source of successful publishes in this process, which
+// confirm the relay's failures (Config.Confirmer).
+type Confirmer interface {
+	// SucceededSince reports whether a publish call that began at t or
+	// later (this process's clock, monotonic) succeeded.
+	SucceededSince(t time.Time) bool
+}
+
+// BatchPublisher is a publisher that reports a result per message. When the
+// relay's publisher implements it, the relay calls PublishBatch instead of
+// Publish: the messages acknowledged are marked published and exactly the
+// failed ones are retried, each as the retry policy decides; the relay does
+// not, as it does with Publish, publish the messages of a failed call again
+// one by one to find the failed ones.
+//
+// A failure is confirmed (a strike, see Config.MaxAttempts) by a later call
+// of the same batch that acknowledged a message: a message acknowledged in
+// the same call confirms nothing, since the broker may have gone away in the
+// middle of the call. A publisher that sends a batch's messages in calls
+// started together (unordered mode) leaves no later call: an error that
+// wraps ErrRejected, the broker's own refusal of the message, is confirmed
+// by itself, and a message the broker always rejects dies after MaxAttempts.
+type BatchPublisher interface {
+	message.Publisher
+	// PublishBatch publishes msgs, all for topic, and returns one error per
+	// message, in the order of msgs: nil when the broker acknowledged that
+	// message. A result of another length fails every message of the call.
+	// ctx is done after PublishTimeout; the relay then counts every message
+	// of the call as failed, whatever the call returns later. Each message
+	// also carries, in its Context, the producer span it is published in.
+	PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error
+}
+
+// publish calls the publisher (PublishBatch when it is a BatchPublisher,
+// else Publish) with a timeout of PublishTimeout, turning a panic into an
+// error, records in ev a call that acknowledged a message, and writes each
+// message's result in res (len(msgs) long). startBy is the batch's start-by
 // context: once it is done, no call starts (errNotTried), so a batch ends
 // within PublishTimeout of it. A publisher that never returns leaves its
 // goroutine behind: nothing can stop it.
-func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msgs []*message.Message) result {
+func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msgs []*message.Message, res []result) {
 	r.at(relayhook.Publish, nil)
 	if outOfTime(startBy) {
-		return result{err: errNotTried, end: time.Now()}
+		fill(res, result{err: errNotTried, end: time.Now()})
+		return
 	}
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(startBy), r.cfg.PublishTimeout)
 	defer cancel()
@@ -143,29 +182,57 @@ func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msg
 		m.SetContext(sctx)
 		spans[i] = span
 	}
-	done := make(chan error, 1)
+	batch, _ := r.pub.(BatchPublisher)
+	type returned struct {
+		err  error   // the call's error: a panic, or Publish's
+		errs []error // PublishBatch's results
+	}
+	done := make(chan returned, 1)
 	start := time.Now()
 	go func() {
 		defer func() {
 			if p := recover(); p != nil {
-				done <- fmt.Errorf("%w: %v", ErrPublisherPanic, p)
+				done <- returned{err: fmt.Errorf("%w: %v", ErrPublisherPanic, p)}
 			}
 		}()
-		done <- r.pub.Publish(topic, msgs...)
+		if batch != nil {
+			done <- returned{errs: batch.PublishBatch(pctx, topic, msgs...)}
+		} else {
+			done <- returned{err: r.pub.Publish(topic, msgs...)}
+		}
 	}()
-	var err error
+	var got returned
 	select {
-	case err = <-done:
+	case got = <-done:
 	case <-pctx.Done():
-		err = fmt.Errorf("%w after %v", ErrPublishTimeout, r.cfg.PublishTimeout)
+		got = returned{err: fmt.Errorf("%w after %v", ErrPublishTimeout, r.cfg.PublishTimeout)}
 	}
-	if err == nil {
+	end := time.Now()
+	if batch != nil && got.err == nil && len(got.errs) != len(msgs) {
+		got.err = fmt.Errorf("relay: PublishBatch returned %d results for %d messages", len(got.errs), len(msgs))
+	}
+	if got.err != nil || batch == nil {
+		fill(res, result{err: got.err, end: end})
+	} else {
+		for i, err := range got.errs {
+			res[i] = result{err: err, end: end}
+		}
+	}
+	acked := false
+	for i, span := range spans {
+		telemetry.End(span, res[i].err)
+		acked = acked || res[i].err == nil
+	}
+	if acked {
 		ev.succeeded(start)
 	}
-	for _, span := range spans {
-		telemetry.End(span, err)
+}
+
+// fill sets every result of res to rr.
+func fill(res []result, rr result) {
+	for i := range res {
+		res[i] = rr
 	}
-	return result{err: err, end: time.Now()}
 }
 
 // outOfTime reports whether the start-by context is done, or its deadline
@@ -180,23 +247,23 @@ func outOfTime(startBy context.Context) bool {
 	return ok && !time.Now().Before(d)
 }
 
-// publishRun publishes rows (one topic) in one call; if that fails, one by one,
-// so that a bad message does not fail its neighbours (and the neighbours
-// published after it confirm its failure). It returns each row's result.
+// publishRun publishes rows (one topic) in one call. With Publish, if that
+// fails, it publishes them again one by one, so that a bad message does not
+// fail its neighbours (and the neighbours published after it confirm its
+// failure); a BatchPublisher's call already told which failed. It returns
+// each row's result.
 func (r *Relay) publishRun(startBy context.Context, ev *evidence, rows []*row) []result {
 	res := make([]result, len(rows))
 	msgs := make([]*message.Message, 0, len(rows))
 	for _, rw := range rows {
 		msgs = append(msgs, rw.msg)
 	}
-	if all := r.publish(startBy, ev, rows[0].topic, msgs); all.err == nil || len(rows) == 1 {
-		for i := range res {
-			res[i] = all
-		}
+	r.publish(startBy, ev, rows[0].topic, msgs, res)
+	if _, batch := r.pub.(BatchPublisher); batch || res[0].err == nil || len(rows) == 1 {
 		return res
 	}
 	for i, rw := range rows {
-		res[i] = r.publish(startBy, ev, rw.topic, []*message.Message{rw.msg.Copy()})
+		r.publish(startBy, ev, rw.topic, []*message.Message{rw.msg.Copy()}, res[i:i+1])
 	}
 	return res
 }

@@ -18,9 +18,9 @@ import (
 // 1,000 events (messages built, spans started, published to a publisher that
 // keeps nothing), without a database: the CPU a batch costs next to its SQL.
 func BenchmarkPublishBatch(b *testing.B) {
-	claimed := make([]store.Claimed, 1000)
+	claimed := make([]store.Row, 1000)
 	for i := range claimed {
-		claimed[i] = store.Claimed{ID: uuid.NewString(), Seq: int64(i + 1), Type: "bench.event", Version: 1,
+		claimed[i] = store.Row{ID: uuid.NewString(), Seq: int64(i + 1), Type: "bench.event", Version: 1,
 			AggregateType: "Bench", AggregateID: fmt.Sprintf("agg-%d", i), Topic: "bench",
 			Payload: []byte(fmt.Sprintf(`{"i":%d,"pad":"%0100d"}`, i, 0)), Metadata: []byte(`{}`), OccurredAt: time.Now()}
 	}

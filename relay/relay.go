@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +26,12 @@ import (
 // makes (tables made by an earlier release); the message names the migration
 // to run (migrations.Migrate applies it). It is outboxhook.ErrSchemaOutdated.
 var ErrSchemaOutdated = store.ErrSchemaOutdated
+
+// ErrSQLiteSettings is returned (wrapped) by New for an SQLite connection
+// without a busy timeout, immediate transactions (_txlock=immediate) or WAL;
+// the message names the DSN to open the file with. It is the same error as
+// outboxhook.ErrSQLiteSettings, whose documentation says why each is needed.
+var ErrSQLiteSettings = drivers.ErrSQLiteSettings
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
 type Relay struct {
@@ -49,40 +54,6 @@ type Relay struct {
 	partitioned atomic.Bool // DropPartitions, and the outbox is partitioned
 }
 
-// positioned is a store whose claims start from a remembered position
-// instead of the head of the outbox's index, where the entries of published
-// rows lie until vacuum removes them (PostgreSQL; see Config.SweepInterval).
-// The relay tells it when the position can no longer be trusted, and sweeps.
-type positioned interface {
-	// Rewind makes the next claims start at the head: after a batch whose
-	// marks may not have committed, or that left events untried, and when
-	// partitions change hands.
-	Rewind()
-	// Sweeper returns a view of the store whose unordered claims start at the
-	// head and leave the position alone.
-	Sweeper() store.Relay
-	// Probe looks for due events of the owned partitions below their
-	// positions and lowers the positions to them (the sweep of ordered mode).
-	// It returns how many it found.
-	Probe(ctx context.Context, x store.Execer, partitions int, owned []int32) (int, error)
-	// RecoverOwned is RecoverOutage on the events of the partitions leased
-	// to instance (by the lease table, at the time of the update), for
-	// ordered mode: the other instances keep positions past their own
-	// waiting retries, which made due at once by another instance would let
-	// the later events of their aggregates be claimed first. Each instance
-	// recovers its own partitions when its own publishes succeed again.
-	// Fenced: only the partitions whose leases the fence still holds.
-	RecoverOwned(ctx context.Context, x store.Execer, since time.Time, topics, types []string, fence *store.Fence) (int64, error)
-}
-
-// rewind makes the next claims start at the head, if the store keeps a
-// position.
-func (r *Relay) rewind() {
-	if p, ok := r.st.(positioned); ok {
-		p.Rewind()
-	}
-}
-
 // testHooks lets this package's tests put faults at exact points.
 type testHooks struct {
 	afterPublish func() error   // between the broker's ack and the mark; an error stands for a crash there
@@ -98,7 +69,12 @@ func (r *Relay) at(p relayhook.Point, err error) {
 
 // New returns a relay that reads the outbox through db and publishes to pub. It
 // checks cfg (a bad config fails here) but does not touch the database: Run does,
-// and keeps trying while the database is down.
+// and keeps trying while the database is down. On SQLite, a local file, it asks a
+// connection for the settings Herald needs, and fails with ErrSQLiteSettings
+// without them. A Watermill publisher set up to return before the broker
+// stored a message (watermill-amqp without Publish.ConfirmDelivery,
+// watermill-nats on core NATS) is logged as a warning: the relay would mark
+// events the broker may lose.
 func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -107,22 +83,20 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if db == nil || pub == nil {
 		return nil, errors.New("relay: db and publisher are required")
 	}
-	sqlDB, err := db.DB()
+	conn, err := drivers.Open(db, cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	drv, err := drivers.For(db)
-	if err != nil {
+	if err := drivers.CheckSQLite(db); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	table := ident.MustTable(cfg.Table) // checked by Validate
 	r := &Relay{
 		cfg:    cfg,
-		table:  table,
-		db:     sqlDB,
+		table:  conn.Table,
+		db:     conn.DB,
 		pub:    pub,
-		drv:    drv,
-		st:     drv.Relay(table),
+		drv:    conn.Driver,
+		st:     conn.Driver.Relay(conn.Table),
 		tracer: telemetry.Tracer(cfg.TracerProvider),
 		log:    cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
 		wake:   make(chan struct{}, 1),
@@ -133,6 +107,9 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	}
 	if cfg.Ordered {
 		r.leases = newLeases(r)
+	}
+	if why := unsafePublisher(pub); why != "" {
+		r.log.Warn("relay: the publisher may lose events the broker acknowledged", "why", why)
 	}
 	return r, nil
 }
@@ -165,7 +142,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	if err := r.ensureSchema(ctx); err != nil {
 		return err
 	}
-	if !r.cfg.DisableListen && r.drv.Waker() != nil {
+	caps := r.drv.Caps()
+	if !r.cfg.DisableListen && caps.Has(store.Listen) {
 		start(r.listen)
 	}
 	if r.cfg.Retention > 0 {
@@ -174,7 +152,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	if r.leases != nil {
 		start(r.leases.run)
 	}
-	if _, ok := r.st.(positioned); ok {
+	if caps.Has(store.Position) {
 		start(r.sweeper)
 	}
 	r.loop(ctx)
@@ -237,9 +215,9 @@ func (r *Relay) Setup(ctx context.Context) error {
 // makes (ErrSchemaOutdated), learns whether the outbox is partitioned, and
 // creates the partitions ahead.
 func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error {
-	pr, ok := r.st.(store.PartitionRetention)
-	if r.cfg.DropPartitions && ok {
-		if err := pr.CreatePartitioned(ctx, r.db); err != nil {
+	canPartition := r.drv.Caps().Has(store.Partitions)
+	if r.cfg.DropPartitions && canPartition {
+		if err := r.st.CreatePartitioned(ctx, r.db); err != nil {
 			return fmt.Errorf("create partitioned outbox: %w", err)
 		}
 	}
@@ -253,8 +231,8 @@ func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error 
 		return nil
 	}
 	partitioned := false
-	if ok {
-		p, err := pr.Partitioned(ctx, r.db)
+	if canPartition {
+		p, err := r.st.Partitioned(ctx, r.db)
 		if err != nil {
 			return fmt.Errorf("look up partitions: %w", err)
 		}
@@ -265,7 +243,7 @@ func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error 
 		r.log.Warn("relay: DropPartitions is set but the outbox is not partitioned (or the database cannot partition it); published events are deleted row by row after the retention")
 		return nil
 	}
-	if _, _, err := pr.MaintainPartitions(ctx, r.db, r.cfg.PartitionInterval, r.cfg.Retention); err != nil {
+	if _, _, err := r.st.MaintainPartitions(ctx, r.db, r.cfg.PartitionInterval, r.cfg.Retention); err != nil {
 		r.log.Warn("relay: partitions", "err", err)
 	}
 	return nil
@@ -288,11 +266,10 @@ func (r *Relay) loop(ctx context.Context) {
 		}
 		if err != nil {
 			fails++
-			r.rewind() // the batch's marks may not have committed
 			if errLimit.allow() {
 				r.log.Warn("relay cycle failed; backing off", "err", err, "failures", fails, "suppressed", errLimit.suppressed())
 			}
-			if !sleep(ctx, jitter(backoff(50*time.Millisecond, 30*time.Second, fails))) {
+			if !sleep(ctx, faultBackoff(50*time.Millisecond, fails)) {
 				return
 			}
 			continue
@@ -400,112 +377,56 @@ func (r *Relay) batchContexts(ctx context.Context, startBy time.Time) (bctx, sta
 }
 
 func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
-	return r.cycleUnorderedOn(ctx, r.st)
+	n, _, err := r.cycleUnorderedFrom(ctx, false)
+	return n, err
 }
 
-// cycleUnorderedOn is cycleUnordered claiming through st: the relay's store,
-// or its sweeping view.
-func (r *Relay) cycleUnorderedOn(ctx context.Context, st store.Relay) (int, error) {
+// cycleUnorderedFrom claims one batch of unordered mode (from the head of the
+// pending index when fromHead: the sweep), publishes it and marks the
+// outcome. It returns how many events it claimed and how long the claim took.
+// The driver claims as its database does: a batch that locked its rows holds
+// them however long it is paused, and one that leased them has its marks
+// fenced by the lease (a batch paused past it, whose rows another relay
+// claimed since, changes nothing).
+func (r *Relay) cycleUnorderedFrom(ctx context.Context, fromHead bool) (int, time.Duration, error) {
 	bctx, startBy, cancel := r.batchContexts(ctx, time.Now().Add(2*r.cfg.PublishTimeout))
 	defer cancel()
-	if !r.drv.Caps().RowLocks {
-		return r.cycleLeased(bctx, startBy)
-	}
-	tx, err := r.db.BeginTx(bctx, r.drv.LockingTx())
-	if err != nil {
-		return 0, fmt.Errorf("begin: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	claimed, err := st.ClaimLocked(bctx, tx, r.cfg.BatchSize)
-	if err != nil {
-		return 0, fmt.Errorf("claim: %w", err)
-	}
-	if len(claimed) == 0 {
-		return 0, tx.Commit()
-	}
-	r.at(relayhook.Claimed, nil)
-	rows := toRows(claimed)
-	out := r.publishUnordered(startBy, rows)
-	// Paused meanwhile, however long, the batch still holds its rows'
-	// locks: nobody else claimed them, and its marks need no fence.
-	r.at(relayhook.Marks, nil)
-	err = r.commitMarks(bctx, tx, out, nil, nil)
-	r.at(relayhook.Done, err)
-	if err != nil {
-		return len(rows), err
-	}
-	if len(out.ok)+len(out.failed) < len(rows) { // some untried (each row is in the outcome at most once)
-		r.rewind() // pending again, below the position
-	}
-	return len(rows), nil
-}
-
-// cycleLeased is cycleUnordered on a database without row locks: the claim
-// leases its rows for the batch's whole time (they are nobody else's until
-// then, and come back by themselves if this process dies), publishes outside
-// any transaction, and marks in one of its own. Rows the batch had no time to
-// publish are made due again. The marks (and that release) are fenced by the
-// claim's lease: a batch paused past it, whose rows another relay claimed
-// since, changes nothing.
-func (r *Relay) cycleLeased(bctx, startBy context.Context) (int, error) {
 	deadline, _ := bctx.Deadline()
-	claimed, err := r.st.ClaimLeased(bctx, r.db, r.cfg.BatchSize, time.Until(deadline)+time.Second)
+	start := time.Now()
+	b, err := r.st.Claim(bctx, r.db, store.ClaimParams{
+		Limit: r.cfg.BatchSize, Hold: time.Until(deadline) + time.Second, Keep: r.cfg.Retention > 0, FromHead: fromHead,
+	})
+	took := time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("claim: %w", err)
+		return 0, took, fmt.Errorf("claim: %w", err)
 	}
-	if len(claimed) == 0 {
-		return 0, nil
+	defer b.Close()
+	rows := toRows(b.Rows())
+	if len(rows) == 0 {
+		return 0, took, b.Commit(bctx)
 	}
 	r.at(relayhook.Claimed, nil)
-	rows := toRows(claimed)
 	out := r.publishUnordered(startBy, rows)
 	r.at(relayhook.Marks, nil)
-	err = r.leasedMarks(bctx, rows, out)
+	err = r.commitMarks(bctx, b, out, nil)
 	r.at(relayhook.Done, err)
-	return len(rows), err
-}
-
-// leasedMarks releases the rows of a leased batch that had no time to
-// publish and writes its marks, in one transaction.
-func (r *Relay) leasedMarks(ctx context.Context, rows []*row, out *outcome) error {
-	tx, err := r.db.BeginTx(ctx, r.drv.LockingTx())
-	if err != nil {
-		return fmt.Errorf("begin marks: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	if untried := out.untried(rows); len(untried) > 0 {
-		if err := r.st.Unlease(ctx, tx, untried); err != nil {
-			return fmt.Errorf("unlease: %w", err)
-		}
-	}
-	return r.commitMarks(ctx, tx, out, nil, nil)
-}
-
-// marksTx writes the marks of an ordered batch, fenced by fence, in a
-// transaction of its own; all fences the outage recovery after it.
-func (r *Relay) marksTx(ctx context.Context, out *outcome, fence, all *store.Fence) error {
-	tx, err := r.db.BeginTx(ctx, r.drv.LockingTx())
-	if err != nil {
-		return fmt.Errorf("begin marks: %w", err)
-	}
-	defer tx.Rollback() //nolint:errcheck // after Commit it is a no-op
-	return r.commitMarks(ctx, tx, out, fence, all)
+	return len(rows), took, err
 }
 
 // commitMarks counts the outcome (what was published happened, whether or not
-// its marks commit), writes its marks in tx, fenced by fence (ordered mode),
-// and commits it, then lets the outage recovery see the batch (see health),
-// fenced by all. When the fence lost a lease (store.ErrLeaseLost), the marks
+// its marks commit), writes its marks in the batch and commits them, then
+// lets the outage recovery see the batch (see health), fenced by all (ordered
+// mode). When the batch's fence lost a lease (store.ErrLeaseLost), the marks
 // of the partitions still held commit and the error is returned: the batch
-// outlived its lease, and the next claims start over.
-func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome, fence, all *store.Fence) error {
+// outlived its lease.
+func (r *Relay) commitMarks(ctx context.Context, b store.Batch, out *outcome, all *store.Fence) error {
 	r.m.record(out)
-	lost, err := r.mark(ctx, tx, out, fence)
+	lost, err := r.mark(ctx, b, out)
 	if err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit marks: %w", err)
+	if err := b.Commit(ctx); err != nil {
+		return err
 	}
 	if lost != nil {
 		return fmt.Errorf("marks: %w", lost)
@@ -514,16 +435,8 @@ func (r *Relay) commitMarks(ctx context.Context, tx *sql.Tx, out *outcome, fence
 	return nil
 }
 
-// lastError is err as stored in last_error, on every database: NUL bytes
-// (which PostgreSQL's text refuses) and invalid UTF-8 (which a text column
-// may refuse) replaced by U+FFFD, and at most 2,000 bytes.
-func lastError(err error) string {
-	msg := strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", "\uFFFD"), "\uFFFD")
-	if len(msg) > 2000 {
-		msg = strings.ToValidUTF8(msg[:2000], "") + "..."
-	}
-	return msg
-}
+// lastError is err as stored in last_error (store.LastError).
+func lastError(err error) string { return store.LastError(err) }
 
 // unstorableError is stored as last_error, in place of the error text, for a
 // failure whose mark the database refused with its own text.
@@ -541,9 +454,13 @@ type outcome struct {
 // failure is a row whose publish failed.
 type failure struct {
 	row    *row
-	err    string    // as stored in last_error
-	poison bool      // the row cannot be published at all: dead at once
-	end    time.Time // when the failed Publish call returned (monotonic clock)
+	err    string // as stored in last_error
+	cause  error  // the publish's error, for the retry policy
+	poison bool   // the row cannot be published at all: dead at once
+	// rejected: the broker answered and refused this message (ErrRejected):
+	// the broker works, the failure is the message's own.
+	rejected bool
+	end      time.Time // when the failed Publish call returned (monotonic clock)
 }
 
 func (o *outcome) add(r *row, res result) {
@@ -551,34 +468,17 @@ func (o *outcome) add(r *row, res result) {
 		o.ok = append(o.ok, r)
 		return
 	}
-	o.failed = append(o.failed, failure{row: r, err: lastError(res.err), poison: errors.Is(res.err, ErrUndecodable), end: res.end})
-}
-
-// untried returns the keys of rows the batch had no time to publish (neither
-// published nor failed).
-func (o *outcome) untried(rows []*row) []store.Key {
-	done := make(map[string]bool, len(o.ok)+len(o.failed))
-	for _, rw := range o.ok {
-		done[rw.id] = true
-	}
-	for _, f := range o.failed {
-		done[f.row.id] = true
-	}
-	var out []store.Key
-	for _, rw := range rows {
-		if !done[rw.id] {
-			out = append(out, rw.key())
-		}
-	}
-	return out
+	o.failed = append(o.failed, failure{row: r, err: lastError(res.err), cause: res.err, poison: errors.Is(res.err, ErrUndecodable),
+		rejected: errors.Is(res.err, ErrRejected), end: res.end})
 }
 
 // publishFailures reports whether a Publish call failed in the batch (rows
-// that could not become messages are not publish failures) and whether one of
-// those failures was an event's first attempt.
+// that could not become messages are not publish failures, nor messages the
+// broker answered and rejected: it works) and whether one of those failures
+// was an event's first attempt.
 func (o *outcome) publishFailures() (failed, first bool) {
 	for _, f := range o.failed {
-		if !f.poison {
+		if !f.poison && !f.rejected {
 			failed = true
 			first = first || f.row.attempts == 0
 		}
@@ -586,22 +486,22 @@ func (o *outcome) publishFailures() (failed, first bool) {
 	return failed, first
 }
 
-// mark records the outcome in the claiming transaction: published rows are
-// deleted (or stamped processed), failed ones scheduled for a retry or dead;
-// in ordered mode fenced by fence. lost is the fence's store.ErrLeaseLost:
+// mark records the outcome in the batch: published rows are deleted (or
+// stamped processed), failed ones scheduled for a retry or dead; in ordered
+// mode fenced by the batch's fence. lost is the fence's store.ErrLeaseLost:
 // the marks of the partitions still held were written.
-func (r *Relay) mark(ctx context.Context, tx execer, out *outcome, fence *store.Fence) (lost, err error) {
+func (r *Relay) mark(ctx context.Context, b store.Batch, out *outcome) (lost, err error) {
 	if r.hooks.afterPublish != nil {
 		if err := r.hooks.afterPublish(); err != nil {
 			return nil, err
 		}
 	}
 	if len(out.ok) > 0 {
-		keys := make([]store.Key, len(out.ok))
+		ids := make([]string, len(out.ok))
 		for i, rw := range out.ok {
-			keys[i] = rw.key()
+			ids[i] = rw.id
 		}
-		if err := r.st.MarkPublished(ctx, tx, keys, r.cfg.Retention > 0, fence); errors.Is(err, store.ErrLeaseLost) {
+		if err := b.MarkPublished(ctx, ids); errors.Is(err, store.ErrLeaseLost) {
 			lost = err
 		} else if err != nil {
 			return nil, fmt.Errorf("mark published: %w", err)
@@ -610,7 +510,7 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome, fence *store.
 	if len(out.failed) == 0 {
 		return lost, nil
 	}
-	dead, err := r.markFailed(ctx, tx, out, fence)
+	dead, err := r.markFailed(ctx, b, out)
 	if errors.Is(err, store.ErrLeaseLost) {
 		return err, nil // which rows it wrote is unknown: no log of them
 	}
@@ -622,26 +522,23 @@ func (r *Relay) mark(ctx context.Context, tx execer, out *outcome, fence *store.
 }
 
 // markFailed records every failure of out: an attempt, and a strike when the
-// failure is confirmed (see evidence); death at MaxAttempts strikes (at once
-// for poison), or a retry after the jittered backoff of the new attempt count
-// (MinBackoff·2^(attempts-1), capped at MaxBackoff, between half and all of
-// it), counted from the database's clock. It returns the ids that went dead
-// and sets out.failedAt to the database's time of the marks.
-func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome, fence *store.Fence) (map[string]bool, error) {
+// failure is confirmed (see evidence); death or the delay of the retry,
+// counted from the database's clock, as the retry policy decides (retry.go).
+// It returns the ids that went dead and sets out.failedAt to the database's
+// time of the marks.
+func (r *Relay) markFailed(ctx context.Context, b store.Batch, out *outcome) (map[string]bool, error) {
 	fs := make([]store.Failure, len(out.failed))
 	dead := map[string]bool{}
 	for i, f := range out.failed {
-		strike := !f.poison && out.ev.confirms(f.end)
-		fs[i] = store.Failure{
-			ID: f.row.id, Lease: f.row.lease, Err: f.err, Strike: strike,
-			Dead:  f.poison || (strike && f.row.strikes+1 >= r.cfg.MaxAttempts),
-			Delay: jitter(backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, f.row.attempts+1)),
-		}
+		strike := !f.poison && (f.rejected || out.ev.confirms(f.end) ||
+			r.cfg.Confirmer != nil && r.cfg.Confirmer.SucceededSince(f.end))
+		d := r.decide(f, strike)
+		fs[i] = store.Failure{ID: f.row.id, Err: f.err, Strike: strike, Dead: d.Dead, Delay: d.Delay}
 		if fs[i].Dead {
 			dead[f.row.id] = true
 		}
 	}
-	at, marked, err := r.markFailures(ctx, tx, fs, fence)
+	at, marked, err := r.markFailures(ctx, b, fs)
 	if err != nil {
 		return nil, err
 	}
@@ -658,20 +555,20 @@ func (r *Relay) markFailed(ctx context.Context, tx execer, out *outcome, fence *
 	return dead, nil
 }
 
-// markFailures writes the failure marks fs in tx so that none of them can
-// undo the marks written before them in tx (the batch's published events,
-// which would otherwise be published again on every cycle): in one call
-// under a savepoint; if that fails, each failure alone under one, and one
-// whose mark fails again once more with unstorableError for its text. A
-// failure that cannot be marked even so leaves its event pending (its
-// publish is retried); it is logged. It returns the time of the marks, the
-// failures marked, and an error only when tx is lost or fence found a lease
-// lost (store.ErrLeaseLost).
-func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure, fence *store.Fence) (time.Time, []store.Failure, error) {
+// markFailures writes the failure marks fs in the batch so that none of them
+// can undo the marks written before them (the batch's published events, which
+// would otherwise be published again on every cycle): in one call under a
+// savepoint; if that fails, each failure alone under one, and one whose mark
+// fails again once more with unstorableError for its text. A failure that
+// cannot be marked even so leaves its event pending (its publish is retried;
+// the batch tells its driver); it is logged. It returns the time of the
+// marks, the failures marked, and an error only when the batch's transaction
+// is lost or its fence found a lease lost (store.ErrLeaseLost).
+func (r *Relay) markFailures(ctx context.Context, b store.Batch, fs []store.Failure) (time.Time, []store.Failure, error) {
 	var at time.Time
 	mark := func(batch []store.Failure) error {
-		return store.Savepoint(ctx, tx, "herald_mark_failed", func() error {
-			t, err := r.st.MarkFailed(ctx, tx, batch, fence)
+		return b.Savepoint(ctx, func() error {
+			t, err := b.MarkFailed(ctx, batch)
 			if err == nil && (at.IsZero() || t.Before(at)) {
 				at = t
 			}
@@ -698,7 +595,6 @@ func (r *Relay) markFailures(ctx context.Context, tx execer, fs []store.Failure,
 			return at, nil, err
 		case err != nil:
 			r.log.Warn("the failure of an event could not be recorded; it stays pending", "event_id", f.ID, "err", err)
-			r.rewind() // pending, and maybe below the position
 		default:
 			marked = append(marked, f)
 		}
@@ -740,14 +636,9 @@ func (r *Relay) logFailures(out *outcome, dead map[string]bool) {
 		}
 		if t := died[topic]; t != nil {
 			if ok, suppressed := r.deadLog.allow(topic); ok {
-				r.log.Warn("events are dead after their last attempt; see Relay.Dead", "topic", topic, "events", t.n,
+				r.log.Warn("events are dead after their last attempt; see admin.Outbox.Dead", "topic", topic, "events", t.n,
 					"event_id", t.last.row.id, "attempts", t.last.row.attempts+1, "last_error", t.last.err, "suppressed", suppressed)
 			}
 		}
 	}
-}
-
-type execer interface {
-	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 }

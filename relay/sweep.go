@@ -3,8 +3,6 @@ package relay
 import (
 	"context"
 	"time"
-
-	"github.com/heraldgo/herald/internal/store"
 )
 
 // sweepDuty bounds the database time the sweep may take: after a sweep whose
@@ -24,31 +22,22 @@ const sweepDuty = 200
 // sweep starts between half and all of max(SweepInterval, sweepDuty × the
 // last head scan) after the last sweep ended.
 func (r *Relay) sweeper(ctx context.Context) {
-	p, ok := r.st.(positioned)
-	if !ok {
-		return
-	}
-	sw := p.Sweeper()
 	lim := newLimiter(30 * time.Second)
 	wait := r.cfg.SweepInterval
 	for sleep(ctx, jitter(wait)) {
-		scan, err := r.sweep(ctx, p, sw)
+		scan, err := r.sweep(ctx)
 		wait = max(r.cfg.SweepInterval, sweepDuty*scan)
-		if err != nil && ctx.Err() == nil {
-			r.rewind()
-			if lim.allow() {
-				r.log.Warn("relay sweep failed", "err", err, "suppressed", lim.suppressed())
-			}
+		if err != nil && ctx.Err() == nil && lim.allow() {
+			r.log.Warn("relay sweep failed", "err", err, "suppressed", lim.suppressed())
 		}
 	}
 }
 
 // sweep sweeps once and returns how long its head scan took.
-func (r *Relay) sweep(ctx context.Context, p positioned, sw store.Relay) (time.Duration, error) {
+func (r *Relay) sweep(ctx context.Context) (time.Duration, error) {
 	if r.leases == nil {
-		tc := &timedClaims{Relay: sw}
-		_, err := r.cycleUnorderedOn(ctx, tc)
-		return tc.took, err
+		_, took, err := r.cycleUnorderedFrom(ctx, true)
+		return took, err
 	}
 	l := r.leases
 	l.mu.RLock()
@@ -63,7 +52,7 @@ func (r *Relay) sweep(ctx context.Context, p positioned, sw store.Relay) (time.D
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 	start := time.Now()
-	n, err := p.Probe(pctx, r.db, r.cfg.Partitions, owned)
+	n, err := r.st.Sweep(pctx, r.db, r.cfg.Partitions, owned)
 	took := time.Since(start)
 	if err != nil {
 		return took, err
@@ -72,16 +61,4 @@ func (r *Relay) sweep(ctx context.Context, p positioned, sw store.Relay) (time.D
 		r.Wake()
 	}
 	return took, nil
-}
-
-// timedClaims is a store whose locked claims add the time they took to took.
-type timedClaims struct {
-	store.Relay
-	took time.Duration
-}
-
-func (c *timedClaims) ClaimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Claimed, error) {
-	start := time.Now()
-	defer func() { c.took += time.Since(start) }()
-	return c.Relay.ClaimLocked(ctx, tx, limit)
 }

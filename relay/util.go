@@ -2,8 +2,6 @@ package relay
 
 import (
 	"context"
-	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 )
@@ -17,35 +15,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	case <-t.C:
 		return true
-	}
-}
-
-// jitter returns a random duration between d/2 and d.
-func jitter(d time.Duration) time.Duration {
-	if d <= 1 {
-		return d
-	}
-	return d/2 + rand.N(d/2)
-}
-
-// retry runs f until it succeeds or ctx is done, backing off between tries and
-// logging at a limited rate.
-func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Context) error) bool {
-	lim := newLimiter(30 * time.Second)
-	for n := 1; ; n++ {
-		err := f(ctx)
-		if err == nil {
-			return true
-		}
-		if ctx.Err() != nil {
-			return false
-		}
-		if lim.allow() {
-			log.Warn(what+" failed; retrying", "err", err, "tries", n, "suppressed", lim.suppressed())
-		}
-		if !sleep(ctx, jitter(backoff(100*time.Millisecond, 30*time.Second, n))) {
-			return false
-		}
 	}
 }
 

@@ -7,24 +7,29 @@
 //	go run ./examples/orders                     # SQLite in a temporary directory, Watermill's GoChannel
 //	go run ./examples/orders -broker nats        # NATS JetStream at 127.0.0.1:4222
 //	go run ./examples/orders -broker rabbitmq    # RabbitMQ at 127.0.0.1:5672
+//	DATABASE_URL=postgres://... go run ./examples/orders -storage wal
 //
 // With nothing set it needs no server at all: an SQLite file in a temporary
 // directory, removed at the end. DATABASE_URL switches the database:
 // postgres://user@host:port/db works in a schema of its own, herald_example,
 // recreated on each run; mysql://user:password@host:port/db (MySQL 8 or
 // MariaDB) in a database of its own, herald_example, recreated on each run.
+//
+// -storage wal (PostgreSQL with wal_level=logical, a role with the
+// REPLICATION right) keeps the events in the WAL instead of the outbox table
+// (outboxhook.StorageWAL) and publishes them with walrelay from a replication
+// slot named after the schema (herald_example), with a publication of the
+// same name. The slot is made fresh at the start of each run (as herald wal
+// setup does) and dropped at the end (herald wal drop): a slot left behind
+// with no relay reading it keeps WAL without end.
 package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -34,23 +39,17 @@ import (
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	_ "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib"
 	natsgo "github.com/nats-io/nats.go"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
-	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
-	_ "modernc.org/sqlite"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/examples/internal/exampledb"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 // Order is an aggregate: a GORM model that embeds aggregate.Root.
@@ -120,38 +119,59 @@ func topic(env *events.Envelope) string {
 func main() {
 	n := flag.Int("orders", 5, "orders to place")
 	broker := flag.String("broker", "gochannel", "gochannel, nats or rabbitmq")
-	schema := flag.String("schema", "herald_example", "PostgreSQL schema, or MySQL database, to (re)create and work in")
+	schema := flag.String("schema", "herald_example", "PostgreSQL schema, or MySQL database, to (re)create and work in; -storage wal: the slot's and publication's name too")
+	storage := flag.String("storage", "table", "table (the outbox table and relay) or wal (PostgreSQL's WAL and walrelay)")
 	flag.Parse()
-	if err := run(context.Background(), *n, *broker, os.Getenv("DATABASE_URL"), *schema); err != nil {
+	if err := run(context.Background(), *n, *broker, *storage, os.Getenv("DATABASE_URL"), *schema); err != nil {
 		fmt.Fprintln(os.Stderr, "orders:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, n int, broker, dbURL, schema string) error {
-	db, where, closeDB, err := openDatabase(ctx, dbURL, schema)
+func run(ctx context.Context, n int, broker, storage, dbURL, schema string) error {
+	if storage != "table" && storage != "wal" {
+		return fmt.Errorf("unknown -storage %q: table or wal", storage)
+	}
+	db, where, closeDB, err := exampledb.Open(ctx, dbURL, schema)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
-	fmt.Printf("database: %s; broker: %s\n\n", where, broker)
+	if storage == "wal" && db.Name() != "postgres" {
+		return errors.New("-storage wal needs PostgreSQL (DATABASE_URL=postgres://...) at wal_level=logical")
+	}
+	fmt.Printf("database: %s; storage: %s; broker: %s\n\n", where, storage, broker)
 	pub, sub, closeBroker, err := openBroker(broker)
 	if err != nil {
 		return err
 	}
 	defer closeBroker()
 
-	// The relay, in this process: the hook wakes it after each commit.
+	// The relay, in this process: the hook wakes it after each commit; or,
+	// in WAL mode, the WAL relay, which streams the events as they commit.
 	var (
 		published atomic.Int64
 		lastPaid  atomic.Pointer[message.Message]
+		relayed   = printing{pub, &published, &lastPaid}
+		r         *relay.Relay
+		wr        *walrelay.Relay
 	)
-	r, err := relay.New(db, printing{pub, &published, &lastPaid}, relay.Config{})
-	if err != nil {
-		return err
-	}
-	if err := db.Use(outboxhook.New(outboxhook.Config{Topic: topic, Notify: r.Wake})); err != nil {
-		return err
+	if storage == "table" {
+		if r, err = relay.New(db, relayed, relay.Config{}); err != nil {
+			return err
+		}
+		if err := db.Use(outboxhook.New(outboxhook.Config{Topic: topic, Notify: r.Wake})); err != nil {
+			return err
+		}
+	} else {
+		var drop func()
+		if wr, drop, err = walRelay(ctx, db, dbURL, schema, relayed); err != nil {
+			return err
+		}
+		defer drop()
+		if err := db.Use(outboxhook.New(outboxhook.Config{Topic: topic, Storage: outboxhook.StorageWAL})); err != nil {
+			return err // outboxhook.ErrWALLevel: set wal_level=logical
+		}
 	}
 	if err := db.AutoMigrate(&Order{}, &Shipment{}); err != nil {
 		return err
@@ -189,7 +209,14 @@ func run(ctx context.Context, n int, broker, dbURL, schema string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	relayDone := make(chan struct{})
-	go func() { defer close(relayDone); _ = r.Run(ctx) }()
+	go func() {
+		defer close(relayDone)
+		if r != nil {
+			_ = r.Run(ctx)
+		} else if err := wr.Run(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "orders: WAL relay:", err)
+		}
+	}()
 	routerDone := make(chan struct{})
 	go func() { defer close(routerDone); _ = router.Run(ctx) }()
 	<-router.Running()
@@ -225,16 +252,24 @@ func run(ctx context.Context, n int, broker, dbURL, schema string) error {
 	fmt.Printf("rolled back %s: %v (nothing written; its event stays on the aggregate)\n", short(o.ID), err)
 
 	// Brokers deliver at least once: simulate a redelivery of a paid event.
-	if err := waitFor(10*time.Second, func() bool { return shipped.Load() >= 1 }); err == nil && lastPaid.Load() != nil {
+	// (Both: the subscriber can ship before the relay's Publish returns and
+	// keeps the message.)
+	if err := waitFor(10*time.Second, func() bool { return shipped.Load() >= 1 && lastPaid.Load() != nil }); err == nil {
 		m := lastPaid.Load()
 		fmt.Printf("redelivering %s (a duplicate, as brokers do)\n", m.UUID)
 		_ = pub.Publish("herald_example_order_paid", m.Copy())
 	}
 
 	written := int64(n + paidOrders)
-	if err := waitFor(30*time.Second, func() bool {
+	flowed := func() bool { // every event published: the outbox is empty, or the WAL relay published them all
+		if r == nil {
+			return published.Load() >= written+shipped.Load()
+		}
 		s, err := r.Stats(context.Background())
-		return err == nil && s.Pending == 0 && shipped.Load() == int64(paidOrders) && delivered.Load() > int64(paidOrders)
+		return err == nil && s.Pending == 0
+	}
+	if err := waitFor(30*time.Second, func() bool {
+		return flowed() && shipped.Load() == int64(paidOrders) && delivered.Load() > int64(paidOrders)
 	}); err != nil {
 		return fmt.Errorf("the events did not all flow within 30s (is the broker up?)")
 	}
@@ -248,6 +283,39 @@ func run(ctx context.Context, n int, broker, dbURL, schema string) error {
 		"%d consumed, %d duplicate skipped, %d shipments\n",
 		n, paidOrders, written, shipped.Load(), published.Load(), shipped.Load(), delivered.Load()-shipped.Load(), shipments)
 	return nil
+}
+
+// walRelay makes the WAL relay of -storage wal: its slot and publication,
+// named after schema, made fresh (dropped first, should a run that did not
+// end have left them) before the first event is written; drop drops them.
+func walRelay(ctx context.Context, db *gorm.DB, dbURL, schema string, pub message.Publisher) (r *walrelay.Relay, drop func(), err error) {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := walrelay.Config{Slot: schema, Publication: schema}
+	if _, err := walrelay.Drop(ctx, sqlDB, cfg); err != nil {
+		return nil, nil, err
+	}
+	r, err = walrelay.New(dbURL, pub, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := r.Setup(ctx); err != nil { // as herald wal setup does
+		return nil, nil, err
+	}
+	drop = func() { // as herald wal drop does
+		for range 50 { // the walsender may take a moment to let go of the slot
+			if _, err := walrelay.Drop(context.WithoutCancel(ctx), sqlDB, cfg); !errors.Is(err, walrelay.ErrSlotActive) {
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "orders: drop the WAL slot:", err)
+				}
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	return r, drop, nil
 }
 
 // printing prints what the relay publishes, counts it, and keeps the last
@@ -294,7 +362,7 @@ func openBroker(kind string) (message.Publisher, message.Subscriber, func(), err
 		scfg := wmnats.SubscriberConfig{URL: url, QueueGroupPrefix: "herald_example", SubscribersCount: 1,
 			AckWaitTimeout: 5 * time.Second, CloseTimeout: 5 * time.Second, Unmarshaler: &wmnats.NATSMarshaler{},
 			JetStream: wmnats.JetStreamConfig{AutoProvision: true, DurablePrefix: "herald_example",
-				SubscribeOptions: []natsgo.SubOpt{natsgo.DeliverNew(), natsgo.AckExplicit()}}}
+				SubscribeOptions: []natsgo.SubOpt{natsgo.DeliverNew(), natsgo.AckExplicit(), natsgo.ManualAck()}}} // ManualAck: see README, NATS
 		pub, err := wmnats.NewPublisher(pcfg, logger)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("cannot reach NATS at %s: %w", url, err)
@@ -306,6 +374,7 @@ func openBroker(kind string) (message.Publisher, message.Subscriber, func(), err
 		return pub, sub, func() { _ = sub.Close(); _ = pub.Close() }, nil
 	case "rabbitmq":
 		cfg := amqp.NewDurableQueueConfig(envOr("AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"))
+		cfg.Publish.ConfirmDelivery = true // else Publish returns before RabbitMQ stored the message
 		pub, err := amqp.NewPublisher(cfg, logger)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("cannot reach RabbitMQ: %w", err)
@@ -338,137 +407,3 @@ func waitFor(d time.Duration, cond func() bool) error {
 }
 
 func short(id uuid.UUID) string { return id.String()[:8] }
-
-// rootCause returns the short reason behind a connection error, not a
-// driver's chain.
-func rootCause(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Message
-	}
-	var sysErr *os.SyscallError
-	if errors.As(err, &sysErr) {
-		return sysErr.Err.Error()
-	}
-	var netErr *net.OpError
-	if errors.As(err, &netErr) {
-		return netErr.Err.Error()
-	}
-	msg, _, _ := strings.Cut(err.Error(), "\n")
-	return msg
-}
-
-// openDatabase opens GORM on the database dbURL names, or on an SQLite file in
-// a temporary directory when it is empty, in a schema (PostgreSQL) or database
-// (MySQL) of its own. It says in one line why a server could not be reached.
-func openDatabase(ctx context.Context, dbURL, schema string) (db *gorm.DB, where string, closeDB func(), err error) {
-	cfg := &gorm.Config{Logger: logger.Discard}
-	switch {
-	case dbURL == "":
-		dir, err := os.MkdirTemp("", "herald-example-")
-		if err != nil {
-			return nil, "", nil, err
-		}
-		path := filepath.Join(dir, "orders.db")
-		// WAL: readers do not block the writer; _txlock=immediate: a write
-		// transaction takes SQLite's one write lock when it begins, and waits
-		// for it up to the busy timeout, instead of failing later.
-		dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
-		db, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}), cfg)
-		if err != nil {
-			_ = os.RemoveAll(dir)
-			return nil, "", nil, err
-		}
-		return db, "SQLite " + path, func() { closeGORM(db); _ = os.RemoveAll(dir) }, nil
-	case strings.HasPrefix(dbURL, "postgres://"), strings.HasPrefix(dbURL, "postgresql://"):
-		db, err := openPostgres(ctx, dbURL, schema, cfg)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		return db, "PostgreSQL, schema " + schema, func() { closeGORM(db) }, nil
-	case strings.HasPrefix(dbURL, "mysql://"):
-		db, err := openMySQL(ctx, dbURL, schema, cfg)
-		if err != nil {
-			return nil, "", nil, err
-		}
-		return db, "MySQL, database " + schema, func() { closeGORM(db) }, nil
-	}
-	return nil, "", nil, fmt.Errorf("DATABASE_URL %q: want postgres://..., mysql://... or nothing (SQLite)", dbURL)
-}
-
-func closeGORM(db *gorm.DB) {
-	if s, err := db.DB(); err == nil {
-		_ = s.Close()
-	}
-}
-
-// openPostgres recreates schema and opens GORM in it.
-func openPostgres(ctx context.Context, dbURL, schema string, cfg *gorm.Config) (*gorm.DB, error) {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL is not a URL: %w", err)
-	}
-	admin, err := sql.Open("pgx", dbURL)
-	if err != nil {
-		return nil, err
-	}
-	defer admin.Close()
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := admin.PingContext(pctx); err != nil {
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %s (unset DATABASE_URL to run on SQLite)", u.Host, rootCause(err))
-	}
-	if _, err := admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; CREATE SCHEMA `+schema); err != nil {
-		return nil, fmt.Errorf("create schema %s: %w", schema, err)
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	db, err := gorm.Open(postgres.Open(u.String()), cfg)
-	if err != nil {
-		return nil, err
-	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, err
-	}
-	sqlDB.SetMaxIdleConns(16) // database/sql keeps 2 by default: every extra statement would reconnect
-	return db, nil
-}
-
-// openMySQL recreates database name and opens GORM in it. mysql://user:pw@host:port/db
-// becomes go-sql-driver's user:pw@tcp(host:port)/name, with clientFoundRows=true
-// (Herald needs an UPDATE to report the rows it matched), parseTime and UTC.
-func openMySQL(ctx context.Context, dbURL, name string, cfg *gorm.Config) (*gorm.DB, error) {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return nil, fmt.Errorf("DATABASE_URL is not a URL: %w", err)
-	}
-	host := u.Host
-	if u.Port() == "" {
-		host += ":3306"
-	}
-	dsn := func(db string) string {
-		q := u.Query()
-		q.Set("clientFoundRows", "true")
-		q.Set("parseTime", "true")
-		q.Set("loc", "UTC")
-		return u.User.String() + "@tcp(" + host + ")/" + db + "?" + q.Encode()
-	}
-	admin, err := sql.Open("mysql", dsn(""))
-	if err != nil {
-		return nil, err
-	}
-	defer admin.Close()
-	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if err := admin.PingContext(pctx); err != nil {
-		return nil, fmt.Errorf("cannot reach MySQL at %s: %s (unset DATABASE_URL to run on SQLite)", host, rootCause(err))
-	}
-	for _, q := range []string{"DROP DATABASE IF EXISTS `" + name + "`", "CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"} {
-		if _, err := admin.ExecContext(ctx, q); err != nil {
-			return nil, fmt.Errorf("create database %s: %w", name, err)
-		}
-	}
-	return gorm.Open(mysql.Open(dsn(name)), cfg)
-}

@@ -72,21 +72,32 @@ func main() {
 }
 
 func run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	dir, err := os.MkdirTemp("", "herald-quickstart-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir) //nolint:errcheck // a temporary directory
-	dsn := "file:" + filepath.Join(dir, "app.db") + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+	path := filepath.Join(dir, "app.db")
+
+	// README:open
+	// SQLite: one write lock, taken at BEGIN (_txlock=immediate), waited for
+	// (busy_timeout), readers beside the writer (WAL).
+	dsn := "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
 	db, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return err
 	}
+	if err := db.AutoMigrate(&Order{}, &Shipment{}); err != nil {
+		return err
+	}
+	// Persistent: the GoChannel keeps what is published before the
+	// consumer subscribes (without it, those messages are dropped).
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	var publisher message.Publisher = pubSub
 	var subscriber message.Subscriber = pubSub
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// README:end
 
 	// README:setup
 	r, err := relay.New(db, publisher, relay.Config{}) // any Watermill message.Publisher
@@ -105,16 +116,40 @@ func run(ctx context.Context) error {
 	go r.Run(ctx) //nolint:errcheck // Run returns nil when ctx is cancelled
 	// README:end
 
-	if err := db.AutoMigrate(&Order{}, &Shipment{}); err != nil {
-		return err
-	}
 	if _, err := operatorMux(db, r); err != nil {
 		return err
 	}
 	shipped := make(chan string, 1)
-	if err := consume(ctx, db, subscriber, shipped); err != nil {
+
+	// README:consume
+	var reg events.Registry
+	reg.MustRegister(OrderPaid{})
+	in, err := inbox.New(db, inbox.Config{RetryHorizon: relay.Config{}.RetryHorizon()})
+	if err != nil {
 		return err
 	}
+	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
+	router.AddMiddleware(in.Middleware) // each message's effects once, in its own transaction
+	router.AddConsumerHandler("ship-order", "order_paid", subscriber, func(msg *message.Message) error {
+		e, _, err := inbox.Decode(&reg, msg)
+		if err != nil {
+			return err
+		}
+		paid := e.(OrderPaid)
+		tx := inbox.Tx(msg.Context()) // the transaction the inbox opened
+		if err := tx.Create(&Shipment{OrderID: paid.OrderID}).Error; err != nil {
+			return err
+		}
+		// Once the shipment is committed (not before: the handler may still fail).
+		inbox.AfterCommit(msg.Context(), func() { shipped <- paid.OrderID })
+		return nil
+	})
+	go router.Run(ctx) //nolint:errcheck // returns when ctx is cancelled
+	go in.Run(ctx)     //nolint:errcheck // deletes processed ids after Retention
+	// README:end
 
 	order := Order{ID: uuid.NewString(), Status: "placed"}
 	if err := db.Create(&order).Error; err != nil {
@@ -139,7 +174,14 @@ func run(ctx context.Context) error {
 
 	select {
 	case id := <-shipped:
-		fmt.Println("shipped order", id == order.ID)
+		var n int64
+		if err := db.Model(&Shipment{}).Where("order_id = ?", id).Count(&n).Error; err != nil {
+			return err
+		}
+		fmt.Println("shipped order", id == order.ID, "shipment committed", n == 1)
+		if n != 1 {
+			return fmt.Errorf("shipped before the shipment committed")
+		}
 	case <-time.After(10 * time.Second):
 		return fmt.Errorf("the event was not consumed in time")
 	}
@@ -169,39 +211,4 @@ func requireOperator(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, req)
 	})
-}
-
-// consume runs the shipping consumer: behind the inbox, it ships each paid
-// order once.
-func consume(ctx context.Context, db *gorm.DB, subscriber message.Subscriber, shipped chan<- string) error {
-	// README:consume
-	var reg events.Registry
-	reg.MustRegister(OrderPaid{})
-	in, err := inbox.New(db, inbox.Config{RetryHorizon: relay.Config{}.RetryHorizon()})
-	if err != nil {
-		return err
-	}
-	router, err := message.NewRouter(message.RouterConfig{}, watermill.NopLogger{})
-	if err != nil {
-		return err
-	}
-	router.AddMiddleware(in.Middleware) // each message's effects once, in its own transaction
-	router.AddConsumerHandler("ship-order", "order_paid", subscriber, func(msg *message.Message) error {
-		e, _, err := inbox.Decode(&reg, msg)
-		if err != nil {
-			return err
-		}
-		paid := e.(OrderPaid)
-		tx := inbox.Tx(msg.Context()) // the transaction the inbox opened
-		if err := tx.Create(&Shipment{OrderID: paid.OrderID}).Error; err != nil {
-			return err
-		}
-		shipped <- paid.OrderID
-		return nil
-	})
-	go router.Run(ctx) //nolint:errcheck // returns when ctx is cancelled
-	go in.Run(ctx)     //nolint:errcheck // deletes processed ids after Retention
-	// README:end
-	<-router.Running()
-	return nil
 }

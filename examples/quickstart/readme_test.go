@@ -5,12 +5,14 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 // The quickstart runs, with no server.
@@ -21,15 +23,26 @@ func TestQuickstartRuns(t *testing.T) {
 }
 
 // Every Go block of the README is a region of main.go, which compiles and
-// runs in CI, and every region is in the README.
+// runs in CI, or of a test that needs a server (River's, on PostgreSQL);
+// every region of main.go is in the README, in main.go's order: pasted in the
+// README's order, the blocks are the program that runs.
 func TestREADMESnippetsCompile(t *testing.T) {
-	src, err := os.ReadFile("main.go")
-	if err != nil {
-		t.Fatal(err)
-	}
 	regions := map[string]string{}
-	for _, m := range regexp.MustCompile(`(?s)// README:(\w+)\n(.*?)\n\s*// README:end`).FindAllStringSubmatch(string(src), -1) {
-		regions[m[1]] = dedent(m[2])
+	var inMain []string // main.go's regions, in its order
+	for _, file := range []string{"main.go", "../internal/e2e/river_test.go"} {
+		src, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range regexp.MustCompile(`(?s)// README:(\w+)\n(.*?)\n\s*// README:end`).FindAllStringSubmatch(string(src), -1) {
+			if _, dup := regions[m[1]]; dup {
+				t.Fatalf("README region %q twice", m[1])
+			}
+			regions[m[1]] = dedent(m[2])
+			if file == "main.go" {
+				inMain = append(inMain, m[1])
+			}
+		}
 	}
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -39,22 +52,58 @@ func TestREADMESnippetsCompile(t *testing.T) {
 	if len(blocks) == 0 {
 		t.Fatal("no Go block in the README")
 	}
-	seen := map[string]bool{}
+	var shown []string // main.go's regions, in the README's order
 	for _, b := range blocks {
 		block := dedent(b[1])
 		found := false
 		for name, r := range regions {
 			if r == block {
-				seen[name], found = true, true
+				found = true
+				if slices.Contains(inMain, name) {
+					shown = append(shown, name)
+				}
 			}
 		}
 		if !found {
-			t.Errorf("README block is not a region of examples/quickstart/main.go:\n%s", block)
+			t.Errorf("README block is not a region of examples/quickstart/main.go (or of a test it names):\n%s", block)
 		}
 	}
-	for name := range regions {
-		if !seen[name] {
+	for _, name := range inMain {
+		if !slices.Contains(shown, name) {
 			t.Errorf("region %q of main.go is not in the README", name)
+		}
+	}
+	if !slices.Equal(shown, inMain) {
+		t.Errorf("the README shows the blocks in the order %v, main.go runs them in %v", shown, inMain)
+	}
+}
+
+// The README states the Go versions the modules' go.mod files and go.work ask
+// for.
+func TestREADMEGoVersions(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.Join(strings.Fields(string(readme)), " ")
+	goLine := func(path string) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindStringSubmatch(string(b))
+		if m == nil {
+			t.Fatalf("%s has no go line", path)
+		}
+		return m[1]
+	}
+	lib := goLine("../../go.mod")
+	if want := "The library needs Go " + lib + " or newer"; !strings.Contains(text, want) {
+		t.Errorf("the README does not say %q", want)
+	}
+	for _, f := range []string{"../../go.work", "../go.mod", "../../publishers/go.mod"} {
+		if want := "need Go " + goLine(f) + " or newer"; !strings.Contains(text, want) {
+			t.Errorf("%s asks for Go %s; the README does not say %q", f, goLine(f), want)
 		}
 	}
 }
@@ -68,6 +117,7 @@ func TestREADMEConfigTables(t *testing.T) {
 	for name, v := range map[string]any{
 		"outboxhook.Config": outboxhook.Config{}, "relay.Config": relay.Config{},
 		"relay.NotifierConfig": relay.NotifierConfig{}, "inbox.Config": inbox.Config{},
+		"walrelay.Config": walrelay.Config{},
 	} {
 		listed := tableFields(string(readme), name)
 		if listed == nil {

@@ -3,27 +3,26 @@
 //
 //	go run ./examples/signup
 //
-// It uses PostgreSQL at 127.0.0.1:5432 (DATABASE_URL overrides), in a schema of
-// its own, herald_signup, recreated on each run, and Watermill's GoChannel.
+// With nothing set it needs no server: an SQLite file in a temporary directory,
+// removed at the end, and Watermill's GoChannel. DATABASE_URL switches the
+// database, as for examples/orders: postgres://user@host:port/db in a schema of
+// its own, herald_signup, or mysql://user:password@host:port/db in a database
+// of its own, herald_signup, recreated on each run.
 package main
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	_ "github.com/jackc/pgx/v5/stdlib"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/examples/internal/exampledb"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
@@ -44,17 +43,19 @@ type UserSignedUp struct {
 func (UserSignedUp) EventType() string { return "user.signed_up" }
 
 func main() {
-	if err := run(context.Background(), "herald_signup"); err != nil {
+	if err := run(context.Background(), os.Getenv("DATABASE_URL"), "herald_signup"); err != nil {
 		fmt.Fprintln(os.Stderr, "signup:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, schema string) error {
-	db, err := open(ctx, schema)
+func run(ctx context.Context, dbURL, schema string) error {
+	db, where, closeDB, err := exampledb.Open(ctx, dbURL, schema)
 	if err != nil {
 		return err
 	}
+	defer closeDB()
+	fmt.Println("database:", where)
 	pubSub := gochannel.NewGoChannel(gochannel.Config{Persistent: true}, watermill.NopLogger{})
 	r, err := relay.New(db, pubSub, relay.Config{})
 	if err != nil {
@@ -120,27 +121,4 @@ func run(ctx context.Context, schema string) error {
 	db.Model(&User{}).Count(&users)
 	fmt.Printf("summary: %d users, 2 events published\n", users)
 	return nil
-}
-
-func open(ctx context.Context, schema string) (*gorm.DB, error) {
-	dsn := os.Getenv("DATABASE_URL")
-	if dsn == "" {
-		dsn = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
-	}
-	admin, err := sql.Open("pgx", dsn)
-	if err != nil {
-		return nil, err
-	}
-	defer admin.Close()
-	if _, err := admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; CREATE SCHEMA `+schema); err != nil {
-		return nil, fmt.Errorf("cannot prepare schema %s at %s (set DATABASE_URL to use another database): %w", schema, dsn, err)
-	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return nil, err
-	}
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return gorm.Open(postgres.Open(u.String()), &gorm.Config{Logger: logger.Discard})
 }

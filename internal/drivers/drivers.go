@@ -3,12 +3,15 @@
 package drivers
 
 import (
+	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/mysql"
 	"github.com/heraldgo/herald/internal/store/postgres"
@@ -18,6 +21,37 @@ import (
 // ErrUnsupported is returned for a database Herald has no implementation for.
 var ErrUnsupported = errors.New("unsupported database")
 
+// Conn is Herald's storage opened for a *gorm.DB: the implementation of its
+// database, the pool under the handle, and the table to work on.
+type Conn struct {
+	Driver store.Driver
+	DB     *sql.DB
+	Table  ident.Table // zero when opened without a table
+}
+
+// Open opens Herald's storage for db and table ("table" or "schema.table";
+// empty for none): every public package that takes a *gorm.DB goes through
+// it.
+func Open(db *gorm.DB, table string) (Conn, error) {
+	if db == nil {
+		return Conn{}, errors.New("db is required")
+	}
+	var c Conn
+	var err error
+	if table != "" {
+		if c.Table, err = ident.ParseTable(table); err != nil {
+			return Conn{}, err
+		}
+	}
+	if c.Driver, err = For(db); err != nil {
+		return Conn{}, err
+	}
+	if c.DB, err = db.DB(); err != nil {
+		return Conn{}, err
+	}
+	return c, nil
+}
+
 // For returns the implementation for db's dialect ("postgres", ...).
 func For(db *gorm.DB) (store.Driver, error) {
 	if db == nil || db.Dialector == nil {
@@ -26,17 +60,27 @@ func For(db *gorm.DB) (store.Driver, error) {
 	return ByName(db.Dialector.Name())
 }
 
+// all are the databases Herald supports, one driver each: the one place a
+// database is added.
+var all = []store.Driver{postgres.Driver{}, sqlite.Driver{}, mysql.Driver{}}
+
+// Names returns the dialect names of the databases Herald supports.
+func Names() []string {
+	out := make([]string, len(all))
+	for i, d := range all {
+		out[i] = d.Name()
+	}
+	return out
+}
+
 // ByName returns the implementation for a dialect name.
 func ByName(name string) (store.Driver, error) {
-	switch name {
-	case "postgres":
-		return postgres.Driver{}, nil
-	case "sqlite":
-		return sqlite.Driver{}, nil
-	case "mysql":
-		return mysql.Driver{}, nil
+	for _, d := range all {
+		if d.Name() == name {
+			return d, nil
+		}
 	}
-	return nil, fmt.Errorf("%w: %q (Herald supports postgres, sqlite and mysql)", ErrUnsupported, name)
+	return nil, fmt.Errorf("%w: %q (Herald supports %s)", ErrUnsupported, name, strings.Join(Names(), ", "))
 }
 
 // ErrClientFoundRows is returned by Check for a MySQL connection opened
@@ -46,8 +90,15 @@ var ErrClientFoundRows = errors.New("MySQL needs clientFoundRows=true in the DSN
 
 // Check reports a connection setting Herald cannot work with: on MySQL, a
 // DSN without clientFoundRows=true (read from gorm.io/driver/mysql's parsed
-// DSN; a dialector that does not expose one is not checked).
+// DSN; a dialector that does not expose one is not checked); on SQLite, what
+// CheckSQLite reports.
 func Check(db *gorm.DB) error {
+	if db.Dialector == nil {
+		return nil
+	}
+	if db.Dialector.Name() == "sqlite" {
+		return CheckSQLite(db)
+	}
 	if db.Dialector.Name() != "mysql" {
 		return nil
 	}

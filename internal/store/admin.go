@@ -15,7 +15,8 @@ type TopicStats struct {
 	// nor dead, those of them with a failed attempt, and dead events.
 	Pending, Failing, Dead int64
 	// OldestPending is the age of the topic's oldest pending event, by the
-	// database's clock (since its insert, as Stats); 0 when none is pending.
+	// database's clock (since its insert or its last requeue, as Stats; a
+	// requeue resets created_at); 0 when none is pending.
 	OldestPending time.Duration
 	// PublishedLastMinute counts the published events kept for the retention
 	// (processed_at set) that were published within the last minute, by the
@@ -36,6 +37,25 @@ type DeadFilter struct {
 	OlderThan time.Duration
 }
 
+// FailingFilter picks failing events: pending (neither published nor dead)
+// with at least one failed attempt. The zero filter picks them all.
+type FailingFilter struct {
+	// Type: only events of this type, when not empty.
+	Type string
+}
+
+// FailureGroup is the failing events of one type whose last attempt failed
+// with the same error.
+type FailureGroup struct {
+	Type, LastError string
+	// Events counts them; MaxAttempts is the most failed attempts of one.
+	Events      int64
+	MaxAttempts int
+	// NextAttemptAt is the soonest next attempt (available_at) of one of
+	// them; LastFailedAt the latest failure (zero when none was recorded).
+	NextAttemptAt, LastFailedAt time.Time
+}
+
 // Admin is what the people on call do on one outbox table (the herald command
 // and the admin page), beside what Relay offers them (Stats, Dead, Requeue,
 // RequeueAll, which the implementations reuse). The writes run in a
@@ -52,7 +72,14 @@ type Admin interface {
 	// TopicStats.PublishedLastMinute count anything.
 	RetainsPublished(ctx context.Context, x Execer) (bool, error)
 	// FindDead lists up to limit dead events f picks, oldest death first.
-	FindDead(ctx context.Context, x Execer, f DeadFilter, limit int) ([]DeadRow, error)
+	FindDead(ctx context.Context, x Execer, f DeadFilter, limit int) ([]Row, error)
+	// FindFailing lists up to limit failing events f picks, soonest next
+	// attempt first, with Row.LastError, LastFailedAt and NextAttemptAt.
+	FindFailing(ctx context.Context, x Execer, f FailingFilter, limit int) ([]Row, error)
+	// FailingGroups returns up to limit groups of the failing events f
+	// picks, by type and last error, the largest group first (then by type
+	// and error).
+	FailingGroups(ctx context.Context, x Execer, f FailingFilter, limit int) ([]FailureGroup, error)
 	// RequeueIDs makes the dead events ids pending again (as Relay.Requeue)
 	// in one transaction, all of them or, when some id is not a dead event,
 	// none: it then returns those ids.
@@ -87,14 +114,15 @@ func InTx(ctx context.Context, db DB, opts *sql.TxOptions, f func(tx Execer) err
 // dead event.
 var errNotAll = errors.New("not every id is a dead event")
 
-// RequeueEach is RequeueIDs on top of rel's Requeue: in one transaction begun
-// on db with opts, each id requeued; when some id is not a dead event, the
-// transaction is rolled back and those ids are returned.
-func RequeueEach(ctx context.Context, db DB, opts *sql.TxOptions, rel Relay, ids []string) ([]string, error) {
+// RequeueEach is RequeueIDs on top of a driver's requeue of one id in a
+// transaction: in one transaction begun on db with opts, each id requeued;
+// when some id is not a dead event, the transaction is rolled back and those
+// ids are returned.
+func RequeueEach(ctx context.Context, db DB, opts *sql.TxOptions, requeue func(context.Context, Execer, string) (bool, error), ids []string) ([]string, error) {
 	var notDead []string
 	err := InTx(ctx, db, opts, func(tx Execer) error {
 		for _, id := range ids {
-			ok, err := rel.Requeue(ctx, tx, id)
+			ok, err := requeue(ctx, tx, id)
 			if err != nil {
 				return err
 			}

@@ -14,13 +14,6 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 )
 
-// Default names the migration files use; a table configured under another name
-// gets the same statements with its names put in (Render).
-const (
-	DefaultOutbox = "outbox_messages"
-	DefaultInbox  = "inbox_messages"
-)
-
 // Migration is one numbered migration of a database.
 type Migration struct {
 	Version  int64
@@ -413,9 +406,6 @@ func describe(o Object) string {
 	}
 	return "table " + o.Name.String()
 }
-
-// MigrationsTable is the table Migrate records applied versions in.
-const MigrationsTable = "herald_schema_migrations"
 
 // Migrate applies the migrations of d not yet recorded in MigrationsTable (for
 // the default table names), each in a transaction where the database allows

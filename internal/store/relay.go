@@ -13,21 +13,6 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 )
 
-// Claimed is an outbox row a relay claimed.
-type Claimed struct {
-	ID, Type, AggregateType, AggregateID, Topic string
-	// Seq is the row's insertion number where the driver reads it (MySQL,
-	// SQLite: their primary key, by which they mark rows); 0 elsewhere.
-	Seq                        int64
-	Version, Attempts, Strikes int
-	Payload, Metadata          []byte
-	OccurredAt                 time.Time
-	// Lease is the claim's own lease on the row where ClaimLeased made one
-	// (SQLite: the available_at it set); 0 otherwise. The marks of the claim
-	// check it (see Key).
-	Lease int64
-}
-
 // Key names a claimed row to mark: its ID, its Seq as claimed, and the
 // claim's Lease (0: none). A mark of a key with a lease changes the row only
 // while the row still holds that lease: once it ended and another relay
@@ -192,6 +177,18 @@ type Failure struct {
 	Delay  time.Duration
 }
 
+// LastError is err as a Failure's Err, stored as last_error on every
+// database: NUL bytes (which PostgreSQL's text refuses) and invalid UTF-8
+// (which a text column may refuse) replaced by U+FFFD, and at most 2,000
+// bytes.
+func LastError(err error) string {
+	msg := strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", "\uFFFD"), "\uFFFD")
+	if len(msg) > 2000 {
+		msg = strings.ToValidUTF8(msg[:2000], "") + "..."
+	}
+	return msg
+}
+
 // Stats are the outbox's figures.
 type Stats struct {
 	Pending, Failing, Dead int64
@@ -210,13 +207,6 @@ type Stats struct {
 	OldestXactKnown bool
 }
 
-// DeadRow is a dead event.
-type DeadRow struct {
-	Claimed
-	LastError string
-	DeadAt    time.Time
-}
-
 // Relay is every operation the relay does on one outbox table.
 type Relay interface {
 	// Create creates the relay's additions to the outbox when missing: the
@@ -228,50 +218,72 @@ type Relay interface {
 	// and the relay's additions that a relay in this mode needs.
 	Check(ctx context.Context, x Execer, ordered, retention bool) error
 
-	// ClaimLocked claims up to limit due events in tx, locking them and
-	// skipping rows others locked (Caps.RowLocks); the locks hold until tx ends.
-	ClaimLocked(ctx context.Context, tx Execer, limit int) ([]Claimed, error)
-	// ClaimLeased claims up to limit due events by moving their available_at
-	// lease ahead, in a statement of its own (no Caps.RowLocks): nobody else
-	// claims them until then, and a relay that dies leaves them to be claimed
-	// again when the lease ends.
-	ClaimLeased(ctx context.Context, x Execer, limit int, lease time.Duration) ([]Claimed, error)
-	// Unlease makes leased events due again (a batch that ran out of time
-	// before publishing them); only those whose keys' leases they still hold.
-	Unlease(ctx context.Context, x Execer, keys []Key) error
-	// ClaimOrdered returns up to limit due events of the owned partitions, in
-	// insertion order, leaving out those behind an earlier event of their
-	// aggregate that waits for a retry. It locks nothing: only the partitions'
-	// owner reads them.
-	ClaimOrdered(ctx context.Context, x Execer, limit, partitions int, owned []int32) ([]Claimed, error)
-
-	// MarkPublished deletes published events, or with keep stamps them
-	// processed (retention). A key with a Lease is marked only while its row
-	// holds that lease; with a fence (ordered mode), a row only while its
-	// partition's lease is the fence's (else ErrLeaseLost, after marking the
-	// rows of the partitions still held).
-	MarkPublished(ctx context.Context, x Execer, keys []Key, keep bool, fence *Fence) error
-	// MarkFailed records failures and returns the database's time of the
-	// marks, fenced as MarkPublished is.
-	MarkFailed(ctx context.Context, x Execer, fs []Failure, fence *Fence) (time.Time, error)
-	// RecoverOutage makes due now the retries of pending events of these
-	// (topic, type) pairs that failed at or after since (database time).
-	RecoverOutage(ctx context.Context, x Execer, since time.Time, topics, types []string) (int64, error)
+	// Claim claims up to p.Limit due events through db, the way this
+	// database does it (locking the rows in a transaction the batch keeps,
+	// leasing them, or in ordered mode reading the owned partitions), and
+	// returns the batch, which marks itself. A driver with Position claims
+	// from its remembered position (unless p.FromHead) and keeps it by what
+	// the batch reports.
+	Claim(ctx context.Context, db DB, p ClaimParams) (Batch, error)
+	// Sweep is the sweep of ordered mode (Position): it looks for due events
+	// of the owned partitions below their positions and lowers the
+	// positions to them, and returns how many it found. ErrNotSupported
+	// without Position.
+	Sweep(ctx context.Context, x Execer, partitions int, owned []int32) (int, error)
+	// RecoverOutage makes due now the retries of pending events of the
+	// recovery's (topic, type) pairs that failed at or after its Since; with
+	// a Fence, only those of the partitions whose leases it still holds.
+	RecoverOutage(ctx context.Context, x Execer, rec Recovery) (int64, error)
 
 	// Stats counts pending, failing and dead events and the oldest pending age.
 	Stats(ctx context.Context, x Execer) (Stats, error)
 	// Dead lists up to limit dead events, oldest death first.
-	Dead(ctx context.Context, x Execer, limit int) ([]DeadRow, error)
-	// Requeue makes the dead event id pending again; false if it is not dead.
-	Requeue(ctx context.Context, x Execer, id string) (bool, error)
-	// RequeueAll makes every dead event pending again.
-	RequeueAll(ctx context.Context, x Execer) (int64, error)
+	Dead(ctx context.Context, x Execer, limit int) ([]Row, error)
+	// Requeue makes the dead event id pending again, committed on db (in a
+	// transaction begun as Driver.LockingTx says, where that matters);
+	// false if it is not dead. A driver with Position forgets it after the
+	// commit: a claim that ran before did not see the row.
+	Requeue(ctx context.Context, db DB, id string) (bool, error)
+	// RequeueAll makes every dead event pending again, as Requeue does.
+	RequeueAll(ctx context.Context, db DB) (int64, error)
 	// Cleanup deletes up to limit events processed before olderThan ago,
 	// unless another instance is cleaning.
 	Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)
 
 	// Leases are the partition leases of ordered mode.
 	Leases() Leases
+
+	// CreatePartitioned creates the outbox table partitioned by occurred_at
+	// (with its default partition and pending index) when it is missing
+	// (Partitions; else ErrNotSupported).
+	CreatePartitioned(ctx context.Context, x Execer) error
+	// Partitioned reports whether the outbox table is partitioned (false
+	// without Partitions).
+	Partitioned(ctx context.Context, x Execer) (bool, error)
+	// MaintainPartitions creates the missing partitions of the occurred_at
+	// ranges (interval wide, aligned on multiples of it: a day's at UTC
+	// midnight) from the one before the database's now to two after it,
+	// and drops the partitions whose range ended more than olderThan ago and
+	// that hold no pending or dead event and none published within
+	// olderThan, each under a short lock of the whole table. It returns how
+	// many it created and dropped; it goes on past a partition it cannot
+	// create or drop, and returns the first error (Partitions; else
+	// ErrNotSupported).
+	MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error)
+	// CleanupDefault is Cleanup on the default partition alone (the range
+	// partitions are dropped whole; Partitions, else ErrNotSupported).
+	CleanupDefault(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)
+}
+
+// Recovery is what RecoverOutage makes due: the retries of the (Topics[i],
+// Types[i]) pairs that failed at or after Since (database time); with a Fence
+// (ordered mode), only in the partitions whose leases it still holds, each
+// instance recovering its own (another's claims may keep positions past its
+// waiting retries).
+type Recovery struct {
+	Since         time.Time
+	Topics, Types []string
+	Fence         *Fence
 }
 
 // Leases is the partition lease table and the instance heartbeat table of one
@@ -297,30 +309,8 @@ type Leases interface {
 	Leave(ctx context.Context, x Execer, instance string) error
 }
 
-// PartitionRetention is what a store offers that can keep published events
-// in an outbox partitioned by occurred_at and drop whole partitions past the
-// retention instead of deleting rows (PostgreSQL); the relay asks for it
-// with a type assertion.
-type PartitionRetention interface {
-	// CreatePartitioned creates the outbox table partitioned by occurred_at
-	// (with its default partition and pending index) when it is missing.
-	CreatePartitioned(ctx context.Context, x Execer) error
-	// Partitioned reports whether the outbox table is partitioned.
-	Partitioned(ctx context.Context, x Execer) (bool, error)
-	// MaintainPartitions creates the missing partitions of the occurred_at
-	// ranges (interval wide, aligned on multiples of it: a day's at UTC midnight) from the one before
-	// the database's now to two after it, and drops the partitions whose
-	// range ended more than olderThan ago and that hold no pending or dead
-	// event and none published within olderThan, each under a short lock of
-	// the whole table. It returns how many it created and dropped; it goes on
-	// past a partition it cannot create or drop, and returns the first error.
-	MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error)
-	// CleanupDefault is Cleanup on the default partition alone (the range
-	// partitions are dropped whole).
-	CleanupDefault(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)
-}
-
-// Waker wakes relays in other processes (Caps.Listen).
+// Waker wakes relays in other processes (Listen; without it both methods
+// return ErrNotSupported).
 type Waker interface {
 	// Listen holds a connection to db's database in LISTEN on channel and
 	// calls wake on each notification (and once when listening starts), until
@@ -385,4 +375,45 @@ func filterObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table
 		}
 	}
 	return out, nil
+}
+
+// NoWaker is the Waker of a database without Listen: its methods return
+// ErrNotSupported.
+type NoWaker struct{}
+
+// Listen returns ErrNotSupported.
+func (NoWaker) Listen(context.Context, *sql.DB, string, func()) error {
+	return fmt.Errorf("listen: %w", ErrNotSupported)
+}
+
+// Notify returns ErrNotSupported.
+func (NoWaker) Notify(context.Context, *sql.DB, string) error {
+	return fmt.Errorf("notify: %w", ErrNotSupported)
+}
+
+// Unpositioned is embedded by the Relay of a database without Position or
+// Partitions: its methods say so.
+type Unpositioned struct{}
+
+// Sweep returns ErrNotSupported (no Position).
+func (Unpositioned) Sweep(context.Context, Execer, int, []int32) (int, error) {
+	return 0, fmt.Errorf("sweep: %w", ErrNotSupported)
+}
+
+// CreatePartitioned returns ErrNotSupported (no Partitions).
+func (Unpositioned) CreatePartitioned(context.Context, Execer) error {
+	return fmt.Errorf("partitions: %w", ErrNotSupported)
+}
+
+// Partitioned returns false (no Partitions).
+func (Unpositioned) Partitioned(context.Context, Execer) (bool, error) { return false, nil }
+
+// MaintainPartitions returns ErrNotSupported (no Partitions).
+func (Unpositioned) MaintainPartitions(context.Context, *sql.DB, time.Duration, time.Duration) (int, int, error) {
+	return 0, 0, fmt.Errorf("partitions: %w", ErrNotSupported)
+}
+
+// CleanupDefault returns ErrNotSupported (no Partitions).
+func (Unpositioned) CleanupDefault(context.Context, *sql.DB, time.Duration, int) (int64, error) {
+	return 0, fmt.Errorf("partitions: %w", ErrNotSupported)
 }

@@ -1,14 +1,3 @@
-// Package store is Herald's storage seam: every statement the write path, the
-// relay and the inbox send to a database goes through the interfaces here, and
-// each database has one implementation holding all of its SQL (packages
-// postgres, sqlite and mysql below this one). The implementation is picked from
-// the *gorm.DB's dialector (package drivers), and the conformance suite
-// (package storetest) runs the same behaviour against each.
-//
-// The operations are named after what they do for the outbox, not after SQL:
-// insert events, settle earlier writes, lock aggregates, claim, mark, lease,
-// clean up, notify. Each takes the Execer to run on (a pool, a transaction, a
-// connection), so the caller decides the transaction.
 package store
 
 import (
@@ -40,26 +29,57 @@ type DB interface {
 // not exist.
 var ErrTableMissing = errors.New("table does not exist")
 
-// Caps says what a database can do that others cannot.
-type Caps struct {
-	// Listen: the relay can be woken across processes (LISTEN/NOTIFY). Without
+// ErrWALLevel is returned (wrapped) by the Check of a WAL outbox, and by the
+// WAL relay's checks, when the server does not write what logical decoding
+// needs (PostgreSQL's wal_level is not logical).
+var ErrWALLevel = errors.New("wal_level must be logical: set wal_level = logical in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL")
+
+// Capability is something a database can do that others cannot.
+type Capability uint
+
+const (
+	// Listen: relays can be woken across processes (Driver.Waker). Without
 	// it, other processes' relays find events by polling.
-	Listen bool
-	// RowLocks: a claim can lock the rows it returns and skip rows others
-	// locked (FOR UPDATE SKIP LOCKED), so the relay claims, publishes and marks
-	// in one transaction. Without it a claim leases its rows by moving their
-	// available_at past the publish, in a transaction of its own.
-	RowLocks bool
-	// AbortTx: a transaction can be put into a state in which its COMMIT rolls
-	// back (for transactions the write path cannot watch).
-	AbortTx bool
+	Listen Capability = 1 << iota
+	// RowLocks: a claim locks its rows in a transaction the batch keeps and
+	// skips rows others locked (FOR UPDATE SKIP LOCKED). Without it a claim
+	// leases its rows by moving their available_at past the batch's end, in
+	// a statement of its own, and the marks check that lease.
+	RowLocks
+	// Position: claims start from a remembered position instead of the head
+	// of the pending index, where the entries of published rows lie until
+	// vacuum removes them; the relay sweeps (Relay.Sweep and claims with
+	// ClaimParams.FromHead) for what the position passed.
+	Position
+	// Partitions: the outbox can be partitioned by occurred_at and published
+	// events dropped a partition at a time (Relay.CreatePartitioned and the
+	// rest).
+	Partitions
+	// AbortTx: Outbox.Abort puts a transaction into a state in which its
+	// COMMIT rolls back (for transactions the write path cannot watch).
+	// Without it Abort does nothing.
+	AbortTx
 	// FoundRows: an upsert counts a row it found and left alone as affected
 	// (MySQL under clientFoundRows, which Herald requires: ON DUPLICATE KEY
 	// UPDATE pk = pk reports 1 for an insert and for a row left alone), so
 	// the count of an upsert that updates nothing on conflict cannot tell
 	// whether it wrote its row.
-	FoundRows bool
-}
+	FoundRows
+	// Messages: the outbox can be kept in the write-ahead log instead of a
+	// table, each event a transactional logical message (Driver.WALOutbox),
+	// streamed by logical decoding (PostgreSQL at wal_level=logical).
+	Messages
+)
+
+// Caps is the set of capabilities a driver declares.
+type Caps Capability
+
+// Has reports whether the set holds c.
+func (s Caps) Has(c Capability) bool { return Capability(s)&c != 0 }
+
+// ErrNotSupported is returned (wrapped) by an operation the database cannot
+// do (see Capability).
+var ErrNotSupported = errors.New("not supported by this database")
 
 // Driver is one database's implementation of everything Herald asks of it.
 type Driver interface {
@@ -84,8 +104,16 @@ type Driver interface {
 	Relay(t ident.Table) Relay
 	// Admin returns the operations the people on call run on the outbox table t.
 	Admin(t ident.Table) Admin
-	// Waker returns the cross-process wake-ups, or nil without Caps.Listen.
+	// Waker returns the cross-process wake-ups (Listen).
 	Waker() Waker
+	// WALOutbox returns an Outbox whose Insert writes each event as a
+	// transactional logical message with the given prefix instead of a row
+	// (Messages; ErrNotSupported without it). It has no table: Exists
+	// reports true, Create does nothing, Check returns ErrWALLevel (wrapped)
+	// when the server does not decode logical messages, LockAggregates does
+	// nothing (the log is in commit order), and Settle and Abort are the
+	// table's.
+	WALOutbox(prefix string) (Outbox, error)
 	// ObjectExists reports whether what the migration statement o makes
 	// exists (its table, index or column), or for a step whether its check
 	// returns a row.
@@ -101,11 +129,18 @@ type Driver interface {
 	// PermissionDenied reports whether err says the role may not do what it
 	// tried (create an index, say).
 	PermissionDenied(err error) bool
+	// TestSQL is the SQL the tests need of this database (TestSQL); Herald
+	// never calls it.
+	TestSQL() TestSQL
 }
 
-// Event is one outbox row as the write path inserts it.
-type Event struct {
-	ID            uuid.UUID
+// Row is one outbox row: the one shape the store's operations read and
+// write. Insert takes the columns an event is written with (ID to
+// OccurredAt); a claim also reads the row's Seq (where the driver marks by
+// it), Attempts, Strikes and the claim's Lease; Dead also reads LastError and
+// DeadAt.
+type Row struct {
+	ID            string // a UUID
 	Type          string
 	Version       int
 	AggregateType string
@@ -114,6 +149,19 @@ type Event struct {
 	Payload       []byte // JSON
 	Metadata      []byte // JSON object
 	OccurredAt    time.Time
+	// Seq is the row's insertion number where the driver reads it (MySQL,
+	// SQLite: their primary key, by which they mark rows); 0 elsewhere.
+	Seq               int64
+	Attempts, Strikes int
+	// Lease is the claim's own lease on the row where the claim leased it
+	// (SQLite: the available_at it set); 0 otherwise. The marks of the
+	// claim check it (see Key).
+	Lease     int64
+	LastError string
+	DeadAt    time.Time
+	// LastFailedAt and NextAttemptAt (available_at) are read for failing
+	// events (Admin.FindFailing); zero otherwise.
+	LastFailedAt, NextAttemptAt time.Time
 }
 
 // Written is an event written in a transaction whose end the write path could
@@ -151,14 +199,14 @@ type Outbox interface {
 	// Insert inserts events, leaving rows whose id exists alone, and returns how
 	// many it inserted. With tokens it also returns, by id, a token that tells
 	// Settle later whether the inserting transaction committed.
-	Insert(ctx context.Context, x Execer, evs []Event, tokens bool) (int64, map[uuid.UUID]int64, error)
+	Insert(ctx context.Context, x Execer, evs []Row, tokens bool) (int64, map[uuid.UUID]int64, error)
 	// Settle tells, for each earlier write, whether its transaction committed.
 	Settle(ctx context.Context, x Execer, ws []Written) ([]Outcome, error)
 	// LockAggregates takes, in x's transaction, a lock per key (sorted) held
 	// until it ends, serializing the writers of one aggregate.
 	LockAggregates(ctx context.Context, x Execer, keys []int64) error
-	// Abort puts x's transaction into a state in which it cannot commit, if
-	// the database can (Caps.AbortTx).
+	// Abort puts x's transaction into a state in which it cannot commit
+	// (AbortTx; without it, nothing).
 	Abort(ctx context.Context, x Execer)
 }
 

@@ -26,7 +26,6 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/pgtest"
-	mysqlstore "github.com/heraldgo/herald/internal/store/mysql"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 )
 
@@ -73,11 +72,11 @@ var SQLite = Dialect{
 }
 
 // SQLiteDSN is the DSN Herald's tests and examples open an SQLite file with:
-// WAL (readers do not block the writer), BEGIN IMMEDIATE (a write transaction
-// queues for the write lock when it begins, instead of failing later), a 10 s
-// busy timeout, and foreign keys on.
+// Herald's recommended one (internal/store/sqlite's DSN: WAL, BEGIN
+// IMMEDIATE, a 10 s busy timeout), with foreign keys on and
+// synchronous=NORMAL (a test need not survive a power cut).
 func SQLiteDSN(path string) string {
-	return "file:" + path + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
+	return sqlitestore.DSN(path) + "&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)"
 }
 
 // OpenSQLite opens GORM on an SQLite DSN through the pure-Go driver.
@@ -260,15 +259,7 @@ func SetOutboxColumn(db *gorm.DB, id uuid.UUID, column, value string) error {
 	if _, err := ident.ParseName(column); err != nil {
 		return err
 	}
-	set := column + ` = ?`
-	if d.Name() == "postgres" {
-		switch column {
-		case "id":
-			set = `id = CAST(? AS uuid)`
-		case "payload", "metadata":
-			set = column + ` = CAST(? AS jsonb)`
-		}
-	}
+	set := d.TestSQL().SetText(column)
 	return db.Exec(`UPDATE `+d.Quote(ident.MustTable("outbox_messages"))+` SET `+set+` WHERE id = ?`, value, id.String()).Error
 }
 
@@ -280,17 +271,7 @@ func Waits(t testing.TB, db *gorm.DB) map[uuid.UUID]time.Duration {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wait string // in microseconds
-	switch d.Name() {
-	case "postgres":
-		wait = `CAST(extract(epoch FROM available_at - now()) * 1000000 AS bigint)`
-	case "sqlite":
-		wait = `available_at - ` + sqlitestore.Now
-	case "mysql":
-		wait = `TIMESTAMPDIFF(MICROSECOND, ` + mysqlstore.Now + `, available_at)`
-	default:
-		t.Fatalf("testkit: Waits: no SQL for %s", d.Name())
-	}
+	wait := d.TestSQL().MicrosUntil("available_at")
 	sqlDB, err := db.DB()
 	if err != nil {
 		t.Fatal(err)
@@ -326,10 +307,7 @@ func Leases(db *gorm.DB) map[int]string {
 	if err != nil {
 		return nil
 	}
-	part := `"partition"`
-	if d.Name() == "mysql" {
-		part = "`partition`"
-	}
+	part := d.TestSQL().Column("partition")
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil
@@ -381,24 +359,15 @@ var _ = fmt.Sprint
 // RefuseValue makes every INSERT into table of a row whose column is value,
 // and every UPDATE that sets it, fail, in the database's own way (a CHECK
 // constraint, or triggers where a constraint cannot be added to an existing
-// table).
+// table: the driver's TestSQL).
 func RefuseValue(t testing.TB, db *gorm.DB, table, column, value string) {
 	t.Helper()
-	name := "refuse_" + column
-	var err error
-	switch db.Dialector.Name() {
-	case "sqlite":
-		for _, on := range []string{"INSERT", "UPDATE OF " + column} {
-			if err == nil {
-				err = db.Exec(`CREATE TRIGGER ` + name + `_` + strings.Fields(on)[0] + ` BEFORE ` + on + ` ON ` + ident.MustTable(table).Quoted() +
-					` WHEN NEW.` + column + ` = '` + value + `' BEGIN SELECT RAISE(ABORT, 'refused by the test'); END`).Error
-			}
+	d, err := drivers.For(db)
+	Must(t, err)
+	for _, q := range d.TestSQL().Refuse(ident.MustTable(table), column, value) {
+		if err == nil {
+			err = db.Exec(q).Error
 		}
-	default:
-		d, derr := drivers.For(db)
-		Must(t, derr)
-		err = db.Exec(`ALTER TABLE ` + d.Quote(ident.MustTable(table)) + ` ADD CONSTRAINT ` + name +
-			` CHECK (` + column + ` <> '` + value + `')`).Error
 	}
 	if err != nil {
 		t.Fatalf("testkit: refuse %s.%s = %s: %v", table, column, value, err)

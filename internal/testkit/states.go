@@ -9,7 +9,8 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
-	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
+	"github.com/heraldgo/herald/internal/drivers"
+	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
@@ -26,16 +27,18 @@ func AddEvents(t testing.TB, ctx context.Context, db *gorm.DB, evs ...events.Eve
 	return ids
 }
 
-// Ago returns the SQL of the database's time dur ago, and its argument.
-func (d Dialect) Ago(dur time.Duration) (string, any) {
-	switch d.Name {
-	case "postgres":
-		return `now() - CAST(? AS float8) * interval '1 microsecond'`, dur.Microseconds()
-	case "sqlite":
-		return sqlitestore.Now + ` - ?`, dur.Microseconds()
-	default:
-		return `UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND`, dur.Microseconds()
+// Ago returns the SQL of the database's time dur ago, and its argument (the
+// driver's TestSQL).
+func (d Dialect) Ago(dur time.Duration) (string, any) { return d.SQL().Ago(dur) }
+
+// SQL is what the tests need to know of the dialect's database: its
+// driver's TestSQL.
+func (d Dialect) SQL() store.TestSQL {
+	drv, err := drivers.ByName(d.Name)
+	if err != nil {
+		panic("testkit: " + err.Error())
 	}
+	return drv.TestSQL()
 }
 
 // KillEvent makes event id of outbox_messages dead since ago (by the

@@ -4,19 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", pure Go
+
+	"github.com/heraldgo/herald/examples/internal/exampledb"
+	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 )
 
 // urlHelp says which DATABASE_URLs the command reads.
@@ -34,8 +35,9 @@ type target struct {
 // mysql://user:pw@host:port/db as go-sql-driver's user:pw@tcp(host:port)/db
 // with clientFoundRows=true (Herald needs an UPDATE to report the rows it
 // matched), parseTime and UTC; sqlite:///path or file:path as an SQLite file
-// whose write transactions take the write lock at BEGIN (_txlock=immediate),
-// with a 10 s busy timeout.
+// with the settings Herald needs, where the URL does not set them
+// (relay.ErrSQLiteSettings): write transactions that take the write lock at
+// BEGIN (_txlock=immediate), a 10 s busy timeout, WAL.
 func parseURL(raw string) (target, error) {
 	if raw == "" {
 		return target{}, errors.New("DATABASE_URL is not set (" + urlHelp + ")")
@@ -99,7 +101,10 @@ func parseURL(raw string) (target, error) {
 			q.Set("_txlock", "immediate")
 		}
 		if !strings.Contains(query, "busy_timeout") {
-			q.Add("_pragma", "busy_timeout(10000)")
+			q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", sqlitestore.BusyTimeout))
+		}
+		if !strings.Contains(query, "journal_mode") {
+			q.Add("_pragma", "journal_mode(WAL)")
 		}
 		return target{dialect: "sqlite", dsn: "file:" + path + "?" + q.Encode(), where: path, file: path}, nil
 	}
@@ -136,7 +141,7 @@ func open(ctx context.Context, t target, mustExist bool) (*gorm.DB, error) {
 	}
 	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
-		return nil, fmt.Errorf("open %s at %s: %s", t.dialect, t.where, rootCause(err))
+		return nil, fmt.Errorf("open %s at %s: %s", t.dialect, t.where, exampledb.RootCause(err))
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -146,7 +151,7 @@ func open(ctx context.Context, t target, mustExist bool) (*gorm.DB, error) {
 	defer cancel()
 	if err := sqlDB.PingContext(pctx); err != nil {
 		_ = sqlDB.Close()
-		return nil, fmt.Errorf("cannot reach %s at %s: %s", t.dialect, t.where, rootCause(err))
+		return nil, fmt.Errorf("cannot reach %s at %s: %s", t.dialect, t.where, exampledb.RootCause(err))
 	}
 	return db, nil
 }
@@ -155,24 +160,6 @@ func closeDB(db *gorm.DB) {
 	if s, err := db.DB(); err == nil {
 		_ = s.Close()
 	}
-}
-
-// rootCause returns the short reason behind a connection error, not a
-// driver's chain.
-func rootCause(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Message
-	}
-	var sysErr *os.SyscallError
-	if errors.As(err, &sysErr) {
-		return sysErr.Err.Error()
-	}
-	var netErr *net.OpError
-	if errors.As(err, &netErr) {
-		return netErr.Err.Error()
-	}
-	return oneLine(err.Error())
 }
 
 // oneLine joins a message's lines.

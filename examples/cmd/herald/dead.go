@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/relay"
 )
 
 func (c *cli) deadList(args []string) int {
@@ -22,16 +22,13 @@ func (c *cli) deadList(args []string) int {
 Lists the dead events, oldest death first: id, type, aggregate, attempts,
 strikes (failures confirmed by a later publish), when it died, last error.`)
 	typ := fs.String("type", "", "only events of this type")
-	olderThan := fs.String("older-than", "", "only events that died more than this long ago (90m, 36h, 7d)")
+	olderThan := c.durationVar(fs, "older-than", "", "only events that died more than this long ago ("+durationHint+")")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "print JSON (without payloads: dead show has them)")
 	if code, ok := c.parseNone(fs, args); !ok {
 		return code
 	}
-	age, err := parseAge(*olderThan, false)
-	if err != nil {
-		return c.usageError(fmt.Errorf("--older-than: %w", err))
-	}
+	age := olderThan.d
 	if *limit <= 0 {
 		return c.usageError(errors.New("--limit must be positive"))
 	}
@@ -44,22 +41,38 @@ strikes (failures confirmed by a later publish), when it died, last error.`)
 	if err != nil {
 		return c.fail(err)
 	}
-	if *asJSON {
-		if evs == nil {
-			evs = []admin.DeadEvent{}
+	return listRows(c, evs, *asJSON, *limit, "no dead events", "", c.printDead)
+}
+
+// listRows prints rows as JSON (an empty list for none), or with print, or
+// says none when there are none; a full page (limit rows) says --limit shows
+// more (of what: "" rows, " groups").
+func listRows[T any](c *cli, rows []T, asJSON bool, limit int, none, what string, print func([]T)) int {
+	if asJSON {
+		if rows == nil {
+			rows = []T{}
 		}
-		c.printJSON(evs)
+		c.printJSON(rows)
 		return exitOK
 	}
-	if len(evs) == 0 {
-		c.printf("no dead events\n")
+	if len(rows) == 0 {
+		c.printf("%s\n", none)
 		return exitOK
 	}
-	c.printDead(evs)
-	if len(evs) == *limit {
-		c.printf("\n(the first %d; --limit shows more)\n", *limit)
+	print(rows)
+	if len(rows) == limit {
+		c.printf("\n(the first %d%s; --limit shows more)\n", limit, what)
 	}
 	return exitOK
+}
+
+// aggregateCell is an event's aggregate as a table shows it: printable, "-"
+// for none.
+func aggregateCell(agg string) string {
+	if agg = printable(agg); agg == "" {
+		return "-"
+	}
+	return agg
 }
 
 // printDead lists evs, one line each.
@@ -67,10 +80,7 @@ func (c *cli) printDead(evs []admin.DeadEvent) {
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	_, _ = fmt.Fprintln(tw, "ID\tTYPE\tAGGREGATE\tATTEMPTS\tSTRIKES\tDIED\tLAST ERROR")
 	for _, e := range evs {
-		agg := printable(e.Aggregate())
-		if agg == "" {
-			agg = "-"
-		}
+		agg := aggregateCell(e.Aggregate())
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", printable(e.ID), printable(e.Type), agg, e.Attempts, e.Strikes,
 			e.DeadAt.Format("2006-01-02 15:04:05Z"), printable(clip(100, e.LastError)))
 	}
@@ -134,11 +144,12 @@ func (c *cli) requeue(args []string) int {
 Makes dead events pending again, due now, with their attempts and strikes
 reset; the relays publish them at their next poll (on PostgreSQL they are
 woken at once, through --channel). Given ids, it requeues all of them or, when one is not a
-dead event, none.`)
+dead event, none. Given --type, it fails (exit 1) when no dead event has that
+type. A requeued event's age (status, --max-age) counts from its requeue.`)
 	typ := fs.String("type", "", "requeue every dead event of this type")
 	all := fs.Bool("all", false, "requeue every dead event")
 	dryRun := fs.Bool("dry-run", false, "say what would be requeued, and requeue nothing")
-	channel := fs.String("channel", "herald_outbox", "PostgreSQL: the LISTEN/NOTIFY channel that wakes the relays (relay.Config.Channel)")
+	channel := fs.String("channel", relay.DefaultChannel, "PostgreSQL: the LISTEN/NOTIFY channel that wakes the relays (relay.Config.Channel)")
 	pos, err := c.parse(fs, args, true)
 	if err != nil {
 		return c.usageError(err)
@@ -186,6 +197,9 @@ dead event, none.`)
 				return c.fail(fmt.Errorf("%w: %s (nothing would be requeued)", admin.ErrNotDead, strings.Join(missing, ", ")))
 			}
 		}
+		if *typ != "" && len(evs) == 0 {
+			return c.fail(fmt.Errorf("no dead events of type %s (nothing would be requeued)", *typ))
+		}
 		return c.dryRun(evs, "requeue", what)
 	}
 	var n int64
@@ -199,6 +213,11 @@ dead event, none.`)
 	}
 	if err != nil {
 		return c.fail(err)
+	}
+	if *typ != "" && n == 0 {
+		// A mistyped type, or one whose events were requeued already: say so,
+		// and fail, so that a script notices.
+		return c.fail(fmt.Errorf("no dead events of type %s (nothing requeued)", *typ))
 	}
 	c.printf("requeued %s%s\n", plural(n, "dead event"), what)
 	return exitOK
@@ -241,23 +260,23 @@ func notFound(ids []uuid.UUID, evs []admin.DeadEvent) []string {
 func (c *cli) purgeDead(args []string) int {
 	fs := c.flags("purge-dead", `purge-dead --older-than D [--dry-run] [--table T]
 
-Deletes the dead events that died more than D ago (90m, 36h, 7d; 0 for every
-dead event). Pending and published events are never touched.`)
-	olderThan := fs.String("older-than", "", "delete the dead events that died more than this long ago (required)")
+Deletes the dead events that died more than D ago (90m, 36h, 7d, 1d12h; 0 for
+every dead event). Pending and published events are never touched.`)
+	olderThan := c.durationVar(fs, "older-than", "", "delete the dead events that died more than this long ago ("+durationHint+"; required)")
 	dryRun := fs.Bool("dry-run", false, "say what would be deleted, and delete nothing")
 	if code, ok := c.parseNone(fs, args); !ok {
 		return code
 	}
-	age, err := parseAge(*olderThan, true)
-	if err != nil {
-		return c.usageError(fmt.Errorf("--older-than: %w", err))
+	if !olderThan.set {
+		return c.usageError(errors.New("--older-than: required (" + durationHint + ")"))
 	}
+	age := olderThan.d
 	o, done, err := c.open(admin.Config{})
 	if err != nil {
 		return c.fail(err)
 	}
 	defer done()
-	what := " that died more than " + *olderThan + " ago"
+	what := " that died more than " + olderThan.raw + " ago"
 	if *dryRun {
 		evs, err := o.Dead(c.ctx, admin.DeadFilter{OlderThan: age}, dryRunLimit)
 		if err != nil {
@@ -271,36 +290,6 @@ dead event). Pending and published events are never touched.`)
 	}
 	c.printf("purged %s%s\n", plural(n, "dead event"), what)
 	return exitOK
-}
-
-// parseAge reads a duration as Go writes them (90m, 36h) or in days (7d).
-// Empty is 0, unless required.
-func parseAge(s string, required bool) (time.Duration, error) {
-	if s == "" {
-		if required {
-			return 0, errors.New("required (90m, 36h, 7d)")
-		}
-		return 0, nil
-	}
-	var (
-		d   time.Duration
-		err error
-	)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		var n float64
-		if n, err = strconv.ParseFloat(days, 64); err == nil {
-			d = time.Duration(n * 24 * float64(time.Hour))
-		}
-	} else {
-		d, err = time.ParseDuration(s)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("%q is not a duration (90m, 36h, 7d)", s)
-	}
-	if d < 0 {
-		return 0, fmt.Errorf("%q is negative", s)
-	}
-	return d, nil
 }
 
 // parseID reads an event id.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/outboxhook"
 )
 
 // Exit codes.
@@ -33,10 +34,11 @@ const (
 	exitOK        = 0 // done; status: healthy
 	exitFailed    = 1 // failed: database unreachable, table missing, no dead event with that id, ...
 	exitUsage     = 2 // bad command line: unknown command or flag, malformed argument
-	exitUnhealthy = 3 // status: dead events, or the oldest pending event older than --max-age
+	exitUnhealthy = 3 // status: dead events, the oldest pending event older than --max-age, a WAL slot missing, invalidated or past --max-wal-lag
 )
 
-const defaultTable = "outbox_messages"
+// defaultTable is the outbox table --table defaults to.
+const defaultTable = outboxhook.DefaultTable
 
 const usage = `herald operates a Herald outbox: what it holds, what is stuck, and what to do about it.
 
@@ -44,26 +46,32 @@ Usage:
   herald [--table T] <command> [flags] [arguments]
 
 Commands:
-  status                       pending, failing, dead, oldest pending age, per topic
+  status                       pending, failing, dead, oldest pending age, per topic; the WAL slot
+  failing                      why pending events fail: grouped by type and last error
+  failing --events             the failing events, soonest next attempt first
   dead list                    the dead events, oldest death first
   dead show ID                 one dead event, with its payload and metadata
   requeue ID...                make these dead events pending again (all of them or none)
-  requeue --type T             make every dead event of type T pending again
+  requeue --type T             make every dead event of type T pending again (exit 1: none)
   requeue --all                make every dead event pending again
   purge-dead --older-than D    delete the dead events that died more than D ago
   migrate up|status|print      apply, list or print the schema migrations
+  wal setup|drop               create or drop the WAL relay's slot and publication (PostgreSQL)
 
 Every command reads the database from DATABASE_URL:
   postgres://user:pw@host:5432/db?sslmode=disable   (search_path=schema for another schema)
   mysql://user:pw@host:3306/db
   sqlite:///path/to/file.db   or   file:path/to/file.db
 and takes --table, the outbox table (default outbox_messages; schema.table).
+Durations (--max-age, --older-than) are Go's (90m, 1.5h, 300ms) or days (7d,
+1d12h); sizes (--max-wal-lag) are bytes, with a unit or not (512MiB, 1GiB).
 
 Exit codes:
   0  done; status: healthy
   1  failed: database unreachable, table missing, no dead event with that id, ...
   2  bad command line: unknown command or flag, malformed argument
-  3  status: unhealthy (dead events, or the oldest pending event older than --max-age)
+  3  status: unhealthy (dead events, the oldest pending event older than --max-age,
+     or a WAL slot missing, invalidated or lagging past --max-wal-lag)
 
 Run "herald <command> --help" for a command's flags.
 `
@@ -84,6 +92,10 @@ type cli struct {
 	table  string
 	cmd    string // "status", "dead list", ... for messages
 	help   func() // prints the help of the command being parsed
+	// durations and sizes are the duration and size flags of the command
+	// being parsed.
+	durations []*durationFlag
+	sizes     []*sizeFlag
 }
 
 // run runs the command line args and returns the exit code.
@@ -121,12 +133,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		}
 		c.cmd = "dead"
 		return c.usageError(fmt.Errorf("unknown command %q (list or show)", args[0]))
+	case "failing":
+		return c.failing(args)
 	case "requeue":
 		return c.requeue(args)
 	case "purge-dead":
 		return c.purgeDead(args)
 	case "migrate":
 		return c.migrate(args)
+	case "wal":
+		return c.wal(args)
 	}
 	return c.usageError(fmt.Errorf("unknown command %q", cmd))
 }
@@ -134,7 +150,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 // flags returns a command's flag set, with --table; synopsis says how to
 // call it, for --help.
 func (c *cli) flags(cmd, synopsis string) *flag.FlagSet {
-	c.cmd = cmd
+	c.cmd, c.durations, c.sizes = cmd, nil, nil
 	fs := flag.NewFlagSet("herald "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.table, "table", c.table, "the outbox table, optionally schema.table")
@@ -166,6 +182,16 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, interleave bool) ([]string,
 			return nil, nil
 		}
 		if err != nil {
+			for _, d := range c.durations {
+				if d.failed != nil {
+					return nil, d.failed
+				}
+			}
+			for _, s := range c.sizes {
+				if s.failed != nil {
+					return nil, s.failed
+				}
+			}
 			return nil, err
 		}
 		consumed := len(args) - fs.NArg()
@@ -230,12 +256,22 @@ func (c *cli) open(cfg admin.Config) (*admin.Outbox, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	return c.openOutbox(db, t, cfg)
+}
+
+// openOutbox opens the outbox table --table of db, which it closes when it
+// fails, and otherwise when done is called.
+func (c *cli) openOutbox(db *gorm.DB, t target, cfg admin.Config) (o *admin.Outbox, done func(), err error) {
 	cfg.Table = c.table
-	o, err := admin.Open(c.ctx, db, cfg)
+	o, err = admin.Open(c.ctx, db, cfg)
 	if err != nil {
 		closeDB(db)
 		if errors.Is(err, admin.ErrTableMissing) {
-			return nil, nil, fmt.Errorf("no table %s in the %s database at %s (--table names another)", c.table, t.dialect, t.where)
+			hint := "--table names another"
+			if t.dialect == "postgres" {
+				hint += "; events kept in the WAL: --wal-slot"
+			}
+			return nil, nil, fmt.Errorf("no table %s in the %s database at %s (%s)", c.table, t.dialect, t.where, hint)
 		}
 		return nil, nil, err
 	}
@@ -253,9 +289,11 @@ func (c *cli) openDB(mustExist bool) (*gorm.DB, target, error) {
 	return db, t, err
 }
 
-// printJSON writes v, indented.
+// printJSON writes v, indented, with <, > and & as they are (not \u003c:
+// a person reads it; it is not embedded in HTML).
 func (c *cli) printJSON(v any) {
 	enc := json.NewEncoder(c.stdout)
+	enc.SetEscapeHTML(false)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
 }

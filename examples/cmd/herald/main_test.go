@@ -19,14 +19,15 @@ import (
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/logicaltest"
 	"github.com/heraldgo/herald/internal/pgtest"
-	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+func TestMain(m *testing.M) { pgtest.Main(logicaltest.Wrap(m)) }
 
 // OrderPlaced goes to the topic "orders", PaymentTaken to "payments"
 // (testkit.OpsTopic).
@@ -363,7 +364,9 @@ func TestPurgeDeadCommand(t *testing.T) {
 func TestMigrateCommand(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		e := newEnv(t, d, false)
-		migs, err := store.Migrations(dialectFS(d.Name))
+		fsys, err := migrations.ForDatabase(d.Name)
+		testkit.Must(t, err)
+		migs, err := migrations.List(fsys)
 		testkit.Must(t, err)
 		n := len(migs)
 		out := e.must(exitOK, "migrate", "status")
@@ -405,7 +408,9 @@ func TestMigrateCommand(t *testing.T) {
 // migrate print --db needs no database: the SQL of each, up or down.
 func TestMigratePrint(t *testing.T) {
 	for db, want := range map[string]string{"postgres": "timestamptz", "sqlite": "INTEGER PRIMARY KEY", "mysql": "ENGINE=InnoDB"} {
-		migs, err := store.Migrations(dialectFS(db))
+		fsys, err := migrations.ForDatabase(db)
+		testkit.Must(t, err)
+		migs, err := migrations.List(fsys)
 		testkit.Must(t, err)
 		code, out, errs := run1(t, "", "migrate", "print", "--db", db)
 		if code != exitOK || errs != "" || !strings.Contains(out, want) || strings.Count(out, "-- herald migration ") != len(migs) {
@@ -456,7 +461,7 @@ func TestBadInput(t *testing.T) {
 		{sq.url, []string{"frob"}, exitUsage, []string{`herald: unknown command "frob" (see herald help)`}},
 		{sq.url, []string{"status", "--verbose"}, exitUsage, []string{"herald status: flag provided but not defined: -verbose (see herald status --help)"}},
 		{sq.url, []string{"--verbose", "status"}, exitUsage, []string{"flag provided but not defined: -verbose"}},
-		{sq.url, []string{"status", "--max-age", "soon"}, exitUsage, []string{`invalid value "soon" for flag -max-age`}},
+		{sq.url, []string{"status", "--max-age", "soon"}, exitUsage, []string{`--max-age: "soon" is not a duration`}},
 		{sq.url, []string{"status", "extra"}, exitUsage, []string{`unexpected argument "extra"`}},
 		{sq.url, []string{"dead"}, exitUsage, []string{"say list or show"}},
 	} {
@@ -503,7 +508,7 @@ func TestDatabaseURLs(t *testing.T) {
 	}
 	got, err = parseURL("sqlite:///var/lib/app.db")
 	testkit.Must(t, err)
-	if got.file != "/var/lib/app.db" || got.dsn != "file:/var/lib/app.db?_pragma=busy_timeout%2810000%29&_txlock=immediate" {
+	if got.file != "/var/lib/app.db" || got.dsn != "file:/var/lib/app.db?_pragma=busy_timeout%2810000%29&_pragma=journal_mode%28WAL%29&_txlock=immediate" {
 		t.Fatalf("sqlite DSN %q", got.dsn)
 	}
 }

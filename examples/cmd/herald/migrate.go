@@ -8,9 +8,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/heraldgo/herald/internal/drivers"
-	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/migrations"
 )
 
@@ -47,11 +44,11 @@ missing.`)
 		return c.usageError(fmt.Errorf("unknown command %q (up, status or print)", sub))
 	}
 	if *dbName != "" {
-		if _, err := drivers.ByName(*dbName); err != nil {
+		if !slices.Contains(migrations.Databases(), *dbName) {
 			return c.usageError(fmt.Errorf("--db %q: say postgres, sqlite or mysql", *dbName))
 		}
 	}
-	if t, err := ident.ParseTable(c.table); err != nil || t.String() != defaultTable {
+	if c.table != migrations.DefaultOutboxTable {
 		return c.usageError(fmt.Errorf("--table %s: the migrations are for the default table names (outbox_messages, inbox_messages); "+
 			"Herald creates tables of other names itself", c.table))
 	}
@@ -85,40 +82,29 @@ missing.`)
 			c.printf("nothing to apply: every migration is applied\n")
 			return exitOK
 		}
-		migs, _ := store.Migrations(dialectFS(t.dialect))
+		fsys, err := migrations.For(db)
+		if err != nil {
+			return c.fail(err)
+		}
+		migs, _ := migrations.List(fsys)
 		for _, m := range migs {
 			if slices.Contains(done, m.Version) {
-				c.printf("applied %04d_%s\n", m.Version, m.Name)
+				c.printf("applied %s\n", m)
 			}
 		}
 		return exitOK
 	}
 	// status
-	d, _ := drivers.ByName(t.dialect)
-	sqlDB, err := db.DB()
-	if err != nil {
-		return c.fail(err)
-	}
-	var applied []int64
-	ok, err := d.Outbox(ident.MustTable(store.MigrationsTable)).Exists(c.ctx, sqlDB)
-	if err != nil {
-		return c.fail(err)
-	}
-	if ok {
-		if applied, err = migrations.Applied(c.ctx, db); err != nil {
-			return c.fail(err)
-		}
-	}
-	migs, err := store.Migrations(dialectFS(t.dialect))
+	states, err := migrations.Status(c.ctx, db)
 	if err != nil {
 		return c.fail(err)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	_, _ = fmt.Fprintln(tw, "VERSION\tNAME\tSTATE")
 	pending := 0
-	for _, m := range migs {
+	for _, m := range states {
 		state := "applied"
-		if !slices.Contains(applied, m.Version) {
+		if !m.Applied {
 			state, pending = "pending", pending+1
 		}
 		_, _ = fmt.Fprintf(tw, "%04d\t%s\t%s\n", m.Version, m.Name, state)
@@ -132,22 +118,14 @@ missing.`)
 	return exitOK
 }
 
-// dialectFS is the migrations of a database.
-func dialectFS(name string) fs.FS {
-	switch name {
-	case "sqlite":
-		return migrations.SQLite()
-	case "mysql":
-		return migrations.MySQL()
-	}
-	return migrations.Postgres()
-}
-
 // printMigrations prints the SQL of the database's migrations, each file under
 // a comment naming it.
 func (c *cli) printMigrations(dialect string, down bool) int {
-	fsys := dialectFS(dialect)
-	migs, err := store.Migrations(fsys)
+	fsys, err := migrations.ForDatabase(dialect)
+	if err != nil {
+		return c.fail(err)
+	}
+	migs, err := migrations.List(fsys)
 	if err != nil {
 		return c.fail(err)
 	}

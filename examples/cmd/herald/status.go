@@ -1,36 +1,63 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/heraldgo/herald/admin"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 func (c *cli) status(args []string) int {
-	fs := c.flags("status", `status [--json] [--max-age 5m] [--table T]
+	fs := c.flags("status", `status [--json] [--max-age D] [--wal-slot S] [--max-wal-lag N] [--table T]
 
 Shows, per topic and in total, the pending events, those of them that failed
 at least once (failing), the dead events, the age of the oldest pending event
 and, when a relay Retention keeps published events, how many were published in
 the last minute. Exits with 3 when the outbox is unhealthy: dead events, or a
-pending event older than --max-age (for cron and health checks).`)
+pending event older than --max-age (5m by default; 90m, 36h, 7d, 1d12h), for
+cron and health checks. A requeued event's age counts from its requeue.
+"herald failing" shows why the failing events fail.
+
+On PostgreSQL it also shows the WAL relay's replication slot (events kept in
+the WAL, outboxhook StorageWAL): --wal-slot's, or the slot "herald" when it
+exists. It says whether a relay streams it, its wal_status, its lag (the WAL
+written since the position the relay last confirmed), the WAL the server keeps
+for it and the time since the relay last reported. A missing or invalidated
+slot, or one lagging past --max-wal-lag (1GiB by default), is unhealthy. With
+--wal-slot the outbox table may be missing (StorageWAL keeps none).`)
 	asJSON := fs.Bool("json", false, "print JSON")
-	maxAge := fs.Duration("max-age", 5*time.Minute, "an oldest pending event older than this is unhealthy; 0: never")
+	maxAge := c.durationVar(fs, "max-age", "5m", "an oldest pending event older than this is unhealthy ("+durationHint+"); 0: never")
+	walSlot := fs.String("wal-slot", "", `the WAL relay's replication slot (default: "herald" when it exists)`)
+	maxLag := c.sizeVar(fs, "max-wal-lag", "1GiB", "a WAL slot lagging more than this is unhealthy ("+sizeHint+"); 0: never")
 	if code, ok := c.parseNone(fs, args); !ok {
 		return code
 	}
-	if *maxAge < 0 {
-		return c.usageError(errors.New("--max-age must not be negative"))
-	}
-	cfg := admin.Config{MaxAge: *maxAge}
-	if *maxAge == 0 {
+	cfg := admin.Config{MaxAge: maxAge.d, WALSlot: *walSlot, MaxWALLag: maxLag.n}
+	if maxAge.d == 0 {
 		cfg.MaxAge = -1
 	}
-	o, done, err := c.open(cfg)
+	if maxLag.n == 0 {
+		cfg.MaxWALLag = -1
+	}
+	db, t, err := c.openDB(true)
+	if err != nil {
+		return c.fail(err)
+	}
+	switch {
+	case *walSlot != "" && t.dialect != "postgres":
+		closeDB(db)
+		return c.usageError(fmt.Errorf("--wal-slot: the WAL relay needs PostgreSQL; DATABASE_URL is a %s database", t.dialect))
+	case *walSlot == "" && t.dialect == "postgres":
+		if sqlDB, err := db.DB(); err == nil {
+			// Slot names are the server's: only a slot of this database.
+			if w, err := walrelay.ReadSlot(c.ctx, sqlDB, walrelay.DefaultSlot); err == nil && w.Exists && w.Database == w.CurrentDatabase {
+				cfg.WALSlot = walrelay.DefaultSlot
+			}
+		}
+	}
+	o, done, err := c.openOutbox(db, t, cfg)
 	if err != nil {
 		return c.fail(err)
 	}
@@ -52,6 +79,14 @@ pending event older than --max-age (for cron and health checks).`)
 
 func (c *cli) printStatus(s admin.Status) {
 	c.printf("%s on %s, %s\n\n", printable(s.Table), printable(s.Database), s.At.Format("2006-01-02 15:04:05Z"))
+	if s.WAL != nil {
+		c.printWAL(s.WAL)
+	}
+	if s.TableMissing {
+		c.printf("no table %s: the events are kept in the WAL\n\n", printable(s.Table))
+		c.printHealth(s)
+		return
+	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	head := []string{"TOPIC", "PENDING", "FAILING", "DEAD", "OLDEST PENDING"}
 	if s.RetainsPublished {
@@ -75,6 +110,13 @@ func (c *cli) printStatus(s admin.Status) {
 	row("total", s.Total)
 	_ = tw.Flush()
 	c.printf("\n")
+	if s.Total.Failing > 0 {
+		c.printf("%s: herald failing shows why\n", plural(s.Total.Failing, "failing event"))
+	}
+	c.printHealth(s)
+}
+
+func (c *cli) printHealth(s admin.Status) {
 	if s.Healthy {
 		c.printf("healthy\n")
 	} else {

@@ -226,6 +226,26 @@ func scanClaimedAs[T any](rows *sql.Rows, err error) (int, error) {
 	return n, rows.Err()
 }
 
+// addBacklog writes n events over 1000 aggregates through
+// outboxhook.AddMessages (to the outbox of the plugin db uses), in
+// transactions of 1000.
+func addBacklog(db *gorm.DB, n int, topic string) error {
+	for i := 0; i < n; i += 1000 {
+		msgs := make([]*message.Message, 0, 1000)
+		for j := i; j < min(i+1000, n); j++ {
+			m := message.NewMessage(uuid.NewString(), []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, j, strings.Repeat("x", 100))))
+			m.Metadata.Set(events.MetaType, "bench.event")
+			m.Metadata.Set(events.MetaAggregateType, "Bench")
+			m.Metadata.Set(events.MetaAggregateID, fmt.Sprintf("agg-%d", j%1000))
+			msgs = append(msgs, m)
+		}
+		if err := db.Transaction(func(tx *gorm.DB) error { return outboxhook.AddMessages(tx, topic, msgs...) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // loadOutbox puts n pending events over 1000 aggregates into db's outbox (the
 // table made by the hook), on PostgreSQL in one INSERT ... SELECT, elsewhere
 // through outboxhook.AddMessages in transactions of 1000.
@@ -242,18 +262,8 @@ FROM generate_series(1, ?) AS i`
 		}
 		return db.Exec(`ANALYZE outbox_messages`).Error
 	}
-	for i := 0; i < n; i += 1000 {
-		msgs := make([]*message.Message, 0, 1000)
-		for j := i; j < min(i+1000, n); j++ {
-			m := message.NewMessage(uuid.NewString(), []byte(fmt.Sprintf(`{"i":%d,"pad":"%s"}`, j, strings.Repeat("x", 100))))
-			m.Metadata.Set(events.MetaType, "bench.event")
-			m.Metadata.Set(events.MetaAggregateType, "Bench")
-			m.Metadata.Set(events.MetaAggregateID, fmt.Sprintf("agg-%d", j%1000))
-			msgs = append(msgs, m)
-		}
-		if err := db.Transaction(func(tx *gorm.DB) error { return outboxhook.AddMessages(tx, topic, msgs...) }); err != nil {
-			return err
-		}
+	if err := addBacklog(db, n, topic); err != nil {
+		return err
 	}
 	if db.Dialector.Name() == "sqlite" {
 		return db.Exec(`ANALYZE`).Error

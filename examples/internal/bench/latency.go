@@ -21,32 +21,87 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/publishers/natsjs"
 	"github.com/heraldgo/herald/relay"
 )
 
-// timingPublisher records when each message's Publish returned.
+// latencyBroker is the -publisher of the latency bench.
+var latencyBroker string
+
+// timingPublisher records when each message was published: when its Publish
+// returned, or with a broker (inner), when the broker acknowledged it.
 type timingPublisher struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	inner message.Publisher // nil: no broker, every message published at once
+	mu    sync.Mutex
+	at    map[string]time.Time
 }
 
 func newTimingPublisher() *timingPublisher { return &timingPublisher{at: map[string]time.Time{}} }
 
-func (p *timingPublisher) Publish(_ string, msgs ...*message.Message) error {
+// latencyPublisher returns the latency bench's publisher: no broker (""), or
+// a timing wrapper of Herald's JetStream publisher ("natsjs") that keeps its
+// per-message results, and the timing publisher whose times it records.
+func latencyPublisher(kind string) (message.Publisher, *timingPublisher, error) {
+	tp := newTimingPublisher()
+	switch kind {
+	case "":
+		return tp, tp, nil
+	case "natsjs":
+		js, err := natsjs.New(natsjs.Config{URL: brokertest.NATSURL(), AutoProvision: true, Logger: discardLogger()})
+		if err != nil {
+			return nil, nil, err
+		}
+		tp.inner = js
+		return timingBatchPublisher{tp, js}, tp, nil
+	}
+	return nil, nil, fmt.Errorf("unknown -publisher %q (natsjs, or none)", kind)
+}
+
+func (p *timingPublisher) record(msgs []*message.Message, errs []error) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	for _, m := range msgs {
-		if _, ok := p.at[m.UUID]; !ok {
+	for i, m := range msgs {
+		if _, ok := p.at[m.UUID]; !ok && (errs == nil || errs[i] == nil) {
 			p.at[m.UUID] = now
 		}
+	}
+}
+
+func (p *timingPublisher) Publish(topic string, msgs ...*message.Message) error {
+	if p.inner != nil {
+		if err := p.inner.Publish(topic, msgs...); err != nil {
+			return err
+		}
+	}
+	p.record(msgs, nil)
+	return nil
+}
+
+func (p *timingPublisher) Close() error {
+	if p.inner != nil {
+		return p.inner.Close()
 	}
 	return nil
 }
 
-func (p *timingPublisher) Close() error { return nil }
+// timingBatchPublisher is a timingPublisher of a publisher with a result per
+// message (relay.BatchPublisher): each message's time is its own ack's call.
+type timingBatchPublisher struct {
+	*timingPublisher
+	batch relay.BatchPublisher
+}
+
+func (p timingBatchPublisher) PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error {
+	errs := p.batch.PublishBatch(ctx, topic, msgs...)
+	if len(errs) == len(msgs) {
+		p.record(msgs, errs)
+	}
+	return errs
+}
 
 type latOrder struct {
 	ID uuid.UUID `gorm:"type:uuid;primaryKey"`
@@ -68,6 +123,7 @@ func runLatency(fs *flag.FlagSet, args []string) error {
 	writers := fs.Int("writers", 8, "writer goroutines")
 	hold := fs.Bool("hold", false, "also run each placement while another session holds a transaction id open")
 	only := fs.String("only", "", "run only the placements whose name contains this (writer's, another)")
+	publisher := fs.String("publisher", "", "the broker: none (the relay's Publish returning is the publish), or natsjs (Herald's JetStream publisher: the broker's ack)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,7 +132,8 @@ func runLatency(fs *flag.FlagSet, args []string) error {
 		return err
 	}
 	defer admin.Close()
-	fmt.Printf("Commit->publish latency at %d events/s for %s, %d writers, PollInterval 1s\n\n", *rate, *dur, *writers)
+	latencyBroker = *publisher
+	fmt.Printf("Commit->publish latency at %d events/s for %s, %d writers, PollInterval 1s, publisher %q\n\n", *rate, *dur, *writers, *publisher)
 	fmt.Println("| relay | condition | events | p50 | p90 | p99 | max | writes p50 / p99 | outbox at the end |")
 	fmt.Println("|---|---|---:|---:|---:|---:|---:|---:|---|")
 	conditions := []bool{false}
@@ -165,9 +222,13 @@ func latencyRun(dsn string, otherProcess, held bool, rate int, dur time.Duration
 	defer closeGorm(db)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	pubFor, pub, err := latencyPublisher(latencyBroker)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = pub.Close() }()
 	var (
 		notify   func()
-		pub      = newTimingPublisher()
 		relayWG  sync.WaitGroup
 		child    *exec.Cmd
 		childOut *bufio.Scanner
@@ -190,7 +251,7 @@ func latencyRun(dsn string, otherProcess, held bool, rate int, dur time.Duration
 	}
 	if otherProcess {
 		child = exec.Command(os.Args[0], "latency-child")
-		child.Env = append(os.Environ(), "HERALD_BENCH_DSN="+dsn, "HERALD_BENCH_CHANNEL="+channel)
+		child.Env = append(os.Environ(), "HERALD_BENCH_DSN="+dsn, "HERALD_BENCH_CHANNEL="+channel, "HERALD_BENCH_PUBLISHER="+latencyBroker)
 		child.Stderr = os.Stderr
 		out, err := child.StdoutPipe()
 		if err != nil {
@@ -204,7 +265,7 @@ func latencyRun(dsn string, otherProcess, held bool, rate int, dur time.Duration
 			return res, fmt.Errorf("relay process did not start")
 		}
 	} else {
-		r, err := relay.New(db, pub, relay.Config{PollInterval: time.Second, Channel: channel, Logger: discardLogger()})
+		r, err := relay.New(db, pubFor, relay.Config{PollInterval: time.Second, Channel: channel, Logger: discardLogger()})
 		if err != nil {
 			return res, err
 		}
@@ -319,8 +380,12 @@ func runLatencyChild() error {
 	if err != nil {
 		return err
 	}
-	pub := newTimingPublisher()
-	r, err := relay.New(db, pub, relay.Config{PollInterval: time.Second, Channel: os.Getenv("HERALD_BENCH_CHANNEL"), Logger: discardLogger()})
+	pubFor, pub, err := latencyPublisher(os.Getenv("HERALD_BENCH_PUBLISHER"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = pub.Close() }()
+	r, err := relay.New(db, pubFor, relay.Config{PollInterval: time.Second, Channel: os.Getenv("HERALD_BENCH_CHANNEL"), Logger: discardLogger()})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@
 //	go run ./internal/bench relay [-events 100000] [-publishers gochannel,nats]
 //	go run ./internal/bench latency [-rate 1000] [-duration 10s]
 //	go run ./internal/bench inbox [-workers 8] [-duration 4s] [-rounds 3]
+//	go run ./internal/bench wal [-parts write,burn,latency] [-sizes 100000,1000000]
 package main
 
 import (
@@ -28,6 +29,8 @@ func main() {
 		err = runInbox(fs, os.Args[2:])
 	case "latency":
 		err = runLatency(fs, os.Args[2:])
+	case "wal":
+		err = runWAL(fs, os.Args[2:])
 	case "latency-child":
 		err = runLatencyChild()
 	default:
@@ -40,6 +43,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency|inbox [flags]")
+	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency|inbox|wal [flags]")
 	os.Exit(2)
 }

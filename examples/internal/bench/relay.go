@@ -14,15 +14,23 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/IBM/sarama"
 	"github.com/ThreeDotsLabs/watermill"
+	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
+	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	wmsql "github.com/ThreeDotsLabs/watermill-sql/v4/pkg/sql"
 	"github.com/ThreeDotsLabs/watermill/components/forwarder"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/examples/internal/brokertest"
+	heraldamqp "github.com/heraldgo/herald/publishers/amqp"
+	heraldkafka "github.com/heraldgo/herald/publishers/kafka"
+	"github.com/heraldgo/herald/publishers/natsjs"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -51,7 +59,11 @@ func (c *countingPublisher) Publish(topic string, msgs ...*message.Message) erro
 // smaller backlog is published without waiting for the subscriber and a
 // bigger one at the subscriber's pace), "discard" (accepts every message at
 // once and keeps none: the relay's own cost, whatever the size) or "nats"
-// (JetStream on the shared server).
+// (Watermill's JetStream publisher on the shared server), "natsjs" (Herald's,
+// publishers/natsjs), "amqp" (watermill-amqp's durable pub/sub with
+// ConfirmDelivery), "amqp-herald" (publishers/amqp), "kafka" (publishers/kafka
+// on franz-go's in-process kfake: no Kafka broker here) or "kafka-watermill"
+// (watermill-kafka's Sarama sync publisher, acks=all and idempotent, on kfake).
 func target(kind, topic string) (message.Publisher, func(), error) {
 	switch kind {
 	case "discard":
@@ -74,6 +86,64 @@ func target(kind, topic string) (message.Publisher, func(), error) {
 			return nil, nil, err
 		}
 		return pub, func() { _ = pub.Close(); brokertest.DeleteStreams(brokertest.NATSURL(), topic) }, nil
+	case "natsjs":
+		pub, err := natsjs.New(natsjs.Config{URL: brokertest.NATSURL(), AutoProvision: true, Logger: discardLogger()})
+		if err != nil {
+			return nil, nil, err
+		}
+		return pub, func() { _ = pub.Close(); brokertest.DeleteStreams(brokertest.NATSURL(), topic) }, nil
+	case "amqp", "amqp-herald":
+		drop, err := amqpTopology(topic)
+		if err != nil {
+			return nil, nil, err
+		}
+		var pub message.Publisher
+		if kind == "amqp" {
+			cfg := wmamqp.NewDurablePubSubConfig(brokertest.AMQPURL(), nil)
+			cfg.Publish.ConfirmDelivery = true
+			pub, err = wmamqp.NewPublisher(cfg, watermill.NopLogger{})
+		} else {
+			pub, err = heraldamqp.New(heraldamqp.Config{URL: brokertest.AMQPURL(), Logger: discardLogger()})
+		}
+		if err != nil {
+			drop()
+			return nil, nil, err
+		}
+		return pub, func() { _ = pub.Close(); drop() }, nil
+	case "kafka":
+		c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(4, topic))
+		if err != nil {
+			return nil, nil, err
+		}
+		pub, err := heraldkafka.New(heraldkafka.Config{Brokers: c.ListenAddrs(), Logger: discardLogger()})
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		return pub, func() { _ = pub.Close(); c.Close() }, nil
+	case "kafka-watermill":
+		c, err := kfake.NewCluster(kfake.NumBrokers(3), kfake.SeedTopics(4, topic))
+		if err != nil {
+			return nil, nil, err
+		}
+		// Safe for an outbox: acks=all and the idempotent producer (which
+		// needs one request in flight per connection), keyed by aggregate.
+		cfg := wmkafka.DefaultSaramaSyncPublisherConfig()
+		cfg.Version = sarama.V2_8_0_0
+		cfg.Producer.RequiredAcks = sarama.WaitForAll
+		cfg.Producer.Idempotent = true
+		cfg.Net.MaxOpenRequests = 1
+		pub, err := wmkafka.NewPublisher(wmkafka.PublisherConfig{
+			Brokers: c.ListenAddrs(), OverwriteSaramaConfig: cfg,
+			Marshaler: wmkafka.NewWithPartitioningMarshaler(func(_ string, m *message.Message) (string, error) {
+				return m.Metadata.Get(events.MetaAggregateID), nil
+			}),
+		}, watermill.NopLogger{})
+		if err != nil {
+			c.Close()
+			return nil, nil, err
+		}
+		return pub, func() { _ = pub.Close(); c.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown publisher %q", kind)
 }
@@ -93,7 +163,7 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	sizesFlag := fs.String("sizes", "", "comma-separated backlog sizes, run one after the other (overrides -events), with a summary of each mode's rate against the first size and the SQL reference")
 	rounds := fs.Int("rounds", 1, "with -sizes: run the sizes this many times; the summary gives the medians")
 	dbName := fs.String("db", "postgres", "database: postgres, sqlite or mysql")
-	pubs := fs.String("publishers", "gochannel,nats", "publishers: gochannel, discard, nats")
+	pubs := fs.String("publishers", "gochannel,nats", "publishers: gochannel, discard, nats (Watermill's JetStream publisher), natsjs (Herald's), amqp (watermill-amqp with confirms), amqp-herald, kafka (Herald's, on kfake), kafka-watermill (watermill-kafka's sync publisher, acks=all, idempotent, on kfake)")
 	only := fs.String("only", "", "run only the scenarios whose name contains this (or one of these, |-separated)")
 	batch := fs.Int("batch", 0, "relay BatchSize (0: the default)")
 	conc := fs.Int("concurrency", 0, "relay PublishConcurrency (0: the default)")
@@ -142,10 +212,16 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 		{"Herald relay, unordered", true, herald(false)},
 		{"Herald relay, ordered (1 relay)", true, herald(true)},
 	}
+	scenarios = append(scenarios, burnScenario{brokerRef, false,
+		func(_ *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
+			took, err := brokerReference(benchPublisher, benchTopic, *n)
+			referenceTook = took
+			return err
+		}})
 	if bdb.forwarder != nil {
 		scenarios = append(scenarios,
 			burnScenario{"Watermill forwarder, default config", false, forwarderScenario(bdb, n, false)},
-			burnScenario{"Watermill forwarder, fastest (queue schema, DeleteOnAck, batch 1000)", false, forwarderScenario(bdb, n, true)})
+			burnScenario{fastestForwarder, false, forwarderScenario(bdb, n, true)})
 	}
 	sizes := []int{*n}
 	if *sizesFlag != "" {
@@ -277,7 +353,7 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 				return nil, err
 			}
 			cp := &countingPublisher{Publisher: pub, want: int64(n), done: make(chan struct{})}
-			benchTopic = topic
+			benchTopic, benchPublisher = topic, pk
 			referenceTook = 0
 			db, err := bdb.open(dsn)
 			if err == nil && s.outboxed {
@@ -295,6 +371,9 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 			}
 			closePub()
 			drop()
+			if errors.Is(err, errNoBrokerReference) {
+				continue
+			}
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", s.name, err)
 			}
@@ -304,9 +383,13 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 			fmt.Fprintf(os.Stderr, "%s / %s: %.0f events/s\n", pk, s.name, rate)
 		}
 		ref, un, ord := results[scenarios[0].name], results[scenarios[1].name], results[scenarios[2].name]
-		var fast float64
-		if len(scenarios) > 4 {
-			fast = results[scenarios[4].name]
+		fast := results[fastestForwarder]
+		if broker := results[brokerRef]; broker > 0 && un > 0 {
+			fmt.Printf("\nunordered: %.0f%% of the broker reference", 100*un/broker)
+			if ref > 0 {
+				fmt.Printf(", %.0f%% of the lower of the two references (goal >= 75%%)", 100*un/min(broker, ref))
+			}
+			fmt.Println()
 		}
 		switch {
 		case ref > 0 && un > 0 && fast > 0 && ord > 0:
@@ -321,10 +404,17 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 	return first, nil
 }
 
+// The scenarios the summary compares with, by name.
+const (
+	brokerRef        = "Broker reference (plain client, pipelined acks, no database)"
+	fastestForwarder = "Watermill forwarder, fastest (queue schema, DeleteOnAck, batch 1000)"
+)
+
 var (
-	benchTopic    string
-	referenceTook time.Duration
-	publishTook   time.Duration
+	benchPublisher string // the publisher kind of the scenario running
+	benchTopic     string
+	referenceTook  time.Duration
+	publishTook    time.Duration
 )
 
 // runUntil runs run until done is closed (all events published), records the

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -16,9 +18,11 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/ThreeDotsLabs/watermill-redisstream/pkg/redisstream"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 )
 
 // NATSURL is the shared NATS server (HERALD_TEST_NATS_URL overrides).
@@ -35,6 +39,14 @@ func AMQPURL() string {
 		return v
 	}
 	return "amqp://guest:guest@127.0.0.1:5672/"
+}
+
+// RedisURL is the shared Redis (HERALD_TEST_REDIS_URL overrides).
+func RedisURL() string {
+	if v := os.Getenv("HERALD_TEST_REDIS_URL"); v != "" {
+		return v
+	}
+	return "redis://127.0.0.1:6379/0"
 }
 
 // Topic returns a topic name unique to this test run, valid for every broker
@@ -61,7 +73,12 @@ func natsOptions() []nats.Option {
 	return []nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond), nats.RetryOnFailedConnect(true)}
 }
 
-// NATSSubscriberConfig is the matching durable JetStream subscriber.
+// NATSSubscriberConfig is the matching durable JetStream subscriber. Its
+// subscriptions ack by hand (nats.ManualAck): without it nats.go acks every
+// message when watermill-nats' callback returns, and that callback returns
+// when AckWaitTimeout passes with the handler still running (a handler
+// waiting for a lock, say), so a message whose handler then fails is acked
+// all the same and never redelivered: lost behind the inbox.
 func NATSSubscriberConfig(url, durable string) wmnats.SubscriberConfig {
 	return wmnats.SubscriberConfig{
 		URL:              url,
@@ -74,7 +91,7 @@ func NATSSubscriberConfig(url, durable string) wmnats.SubscriberConfig {
 		JetStream: wmnats.JetStreamConfig{
 			AutoProvision:    true,
 			DurablePrefix:    durable,
-			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.AckWait(5 * time.Second)},
+			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck(), nats.AckWait(5 * time.Second)},
 		},
 	}
 }
@@ -116,10 +133,13 @@ func DeleteStreams(url string, names ...string) {
 }
 
 // AMQP returns a RabbitMQ publisher and subscriber on durable queues (the topic is
-// the queue), closed and with the queues deleted when the test ends.
+// the queue), closed and with the queues deleted when the test ends. The
+// publisher waits for RabbitMQ's confirm (Publish.ConfirmDelivery, which the
+// preset leaves off): without it Publish returns before the message is stored.
 func AMQP(t testing.TB, topics ...string) (message.Publisher, message.Subscriber) {
 	t.Helper()
 	cfg := amqp.NewDurableQueueConfig(AMQPURL())
+	cfg.Publish.ConfirmDelivery = true
 	pub, err := amqp.NewPublisher(cfg, watermill.NopLogger{})
 	if err != nil {
 		t.Fatalf("brokertest: RabbitMQ publisher: %v", err)
@@ -153,11 +173,17 @@ func deleteQueues(names ...string) {
 }
 
 // NATSServer is a private nats-server with JetStream, for tests and the chaos
-// run that stop and start a broker without touching the shared one.
+// run that stop and start a broker without touching the shared one; a node of
+// a NATSCluster when Name is set.
 type NATSServer struct {
 	Port int
 	dir  string
 	cmd  *exec.Cmd
+	// Name, ClusterPort and routes: the node's server name, its cluster
+	// listener and the other nodes' cluster URLs (StartNATSCluster).
+	Name        string
+	ClusterPort int
+	routes      []string
 }
 
 // StartNATS starts a nats-server with JetStream on a free port, stored in a
@@ -192,16 +218,35 @@ func (s *NATSServer) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", s.
 // Start starts the server (again) on its port and store, and waits until
 // JetStream answers.
 func (s *NATSServer) Start() error {
+	if err := s.launch(); err != nil {
+		return err
+	}
+	return s.ready()
+}
+
+// launch starts the server's process (again), without waiting for it.
+func (s *NATSServer) launch() error {
 	bin := "nats-server"
 	if _, err := exec.LookPath(bin); err != nil {
 		bin = "/usr/sbin/nats-server"
 	}
-	s.cmd = exec.Command(bin, "-a", "127.0.0.1", "-p", fmt.Sprint(s.Port), "-js", "-sd", s.dir)
+	args := []string{"-a", "127.0.0.1", "-p", fmt.Sprint(s.Port), "-js", "-sd", s.dir}
+	if s.Name != "" {
+		args = append(args, "-n", s.Name, "--cluster_name", "herald", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", s.ClusterPort),
+			"--routes", strings.Join(s.routes, ","))
+	}
+	s.cmd = exec.Command(bin, args...)
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
 		return fmt.Errorf("brokertest: start nats-server: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	return nil
+}
+
+// ready waits until the server's JetStream answers (in a cluster: once the
+// cluster elected its meta leader).
+func (s *NATSServer) ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for ctx.Err() == nil {
 		if nc, err := nats.Connect(s.URL(), nats.Timeout(200*time.Millisecond)); err == nil {
@@ -227,6 +272,68 @@ func (s *NATSServer) Stop() {
 	s.cmd = nil
 }
 
+// NATSCluster is a JetStream cluster of private nats-server nodes.
+type NATSCluster struct {
+	Nodes []*NATSServer
+}
+
+// StartNATSCluster starts a JetStream cluster of n nodes (n >= 3 for
+// replicated streams), each on free ports with a store of its own, and
+// waits until JetStream answers on each; the nodes are killed (by pid) when
+// the test ends.
+func StartNATSCluster(t testing.TB, n int) *NATSCluster {
+	t.Helper()
+	c := &NATSCluster{}
+	for i := range n {
+		s, err := NewNATSServer(filepath.Join(t.TempDir(), fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs, err := NewNATSServer("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Name, s.ClusterPort = fmt.Sprintf("herald-%d", i), cs.Port
+		c.Nodes = append(c.Nodes, s)
+	}
+	for _, s := range c.Nodes {
+		for _, o := range c.Nodes {
+			if o != s {
+				s.routes = append(s.routes, fmt.Sprintf("nats://127.0.0.1:%d", o.ClusterPort))
+			}
+		}
+		if err := s.launch(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+	}
+	for _, s := range c.Nodes {
+		if err := s.ready(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// URL is the client URL of every node: a client fails over between them.
+func (c *NATSCluster) URL() string {
+	urls := make([]string, len(c.Nodes))
+	for i, s := range c.Nodes {
+		urls[i] = s.URL()
+	}
+	return strings.Join(urls, ",")
+}
+
+// Node returns the node named name, or nil.
+func (c *NATSCluster) Node(name string) *NATSServer {
+	for _, s := range c.Nodes {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
+}
+
 // Connect returns a publisher and a subscriber for topic on one broker, closed
 // and cleaned up when the test ends.
 type Connect func(t testing.TB, topic string) (message.Publisher, message.Subscriber)
@@ -241,5 +348,41 @@ func Brokers() map[string]Connect {
 		"rabbitmq": func(t testing.TB, topic string) (message.Publisher, message.Subscriber) {
 			return AMQP(t, topic)
 		},
+		"redis-streams": func(t testing.TB, topic string) (message.Publisher, message.Subscriber) {
+			return Redis(t, topic)
+		},
 	}
+}
+
+// Redis returns a Redis Streams publisher and a subscriber in a consumer
+// group that reads each stream from its first entry, closed and with the
+// streams deleted when the test ends. Publish returns once XADD has the
+// entry in Redis's memory; whether it outlives a restart of Redis is the
+// server's persistence (appendonly with fsync), not the client's.
+func Redis(t testing.TB, topics ...string) (message.Publisher, message.Subscriber) {
+	t.Helper()
+	opt, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("brokertest: Redis URL: %v", err)
+	}
+	client := redis.NewClient(opt)
+	pub, err := redisstream.NewPublisher(redisstream.PublisherConfig{Client: client}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatalf("brokertest: Redis publisher: %v", err)
+	}
+	sub, err := redisstream.NewSubscriber(redisstream.SubscriberConfig{
+		Client: client, ConsumerGroup: "herald_test", Consumer: "herald_test", OldestId: "0",
+	}, watermill.NopLogger{})
+	if err != nil {
+		t.Fatalf("brokertest: Redis subscriber: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = sub.Close()
+		_ = pub.Close()
+		if len(topics) > 0 {
+			_ = client.Del(context.Background(), topics...).Err()
+		}
+		_ = client.Close()
+	})
+	return pub, sub
 }

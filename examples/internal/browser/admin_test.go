@@ -51,12 +51,17 @@ func chromium() string {
 // newBrowser starts a headless Chromium for the test, with a profile of its
 // own and nothing that reaches out to the network (this machine's closed
 // network refuses such connections), and returns its context; tab opens
-// tabs in it. The test skips when no Chromium is found.
+// tabs in it. The test skips when no Chromium is found, and fails instead when
+// HERALD_REQUIRE_CHROMIUM is set (as .ci/run does).
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
 	bin := chromium()
 	if bin == "" {
-		t.Skip("no Chromium found: install Debian's chromium package (apt-get install chromium) or set HERALD_CHROMIUM")
+		msg := "no Chromium found: install Debian's chromium package (apt-get install chromium) or set HERALD_CHROMIUM"
+		if os.Getenv("HERALD_REQUIRE_CHROMIUM") != "" { // CI: the browser tests must run
+			t.Fatal(msg + " (HERALD_REQUIRE_CHROMIUM is set)")
+		}
+		t.Skip(msg)
 	}
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(bin),

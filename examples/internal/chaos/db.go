@@ -15,6 +15,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"gorm.io/driver/mysql"
+	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -275,7 +276,8 @@ func openDB(kind, dsn, app string) (*gorm.DB, error) {
 	case postgresDB:
 		return pgtest.OpenPool(pgtest.WithHost(dsn, "", app))
 	case sqliteDB:
-		db, err = testkit.OpenSQLite(dsn, cfg)
+		// Timed: who holds the write lock while a save waits (locks.go).
+		db, err = gorm.Open(sqlite.New(sqlite.Config{DriverName: timedSQLite(app), DSN: dsn}), cfg)
 	case mysqlDB:
 		if os.Getenv("CHAOS_LOG") == "" {
 			// The driver logs every session the connection fault ends.

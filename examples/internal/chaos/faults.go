@@ -11,10 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/nats-io/nats.go"
 	"gorm.io/gorm"
 
-	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -90,7 +88,7 @@ type faults struct {
 	db  *gorm.DB     // the writers'
 	q   *gorm.DB     // the ledger's reads
 	mon *relay.Relay // never run: its Stats
-	srv *brokertest.NATSServer
+	brk broker
 	led *ledger
 	env env
 
@@ -107,7 +105,32 @@ type faults struct {
 	// refused topic waiting for a retry at the window's end.
 	refusedWaiting atomic.Int64
 	burstStats     []string  // per outage: the burst's messages streamed and events unmarked at the stop
+	bursts         spans     // when the bursts' transactions were open
 	outageAt       time.Time // when the first outage's burst began
+}
+
+// spans are time intervals, safe for concurrent use.
+type spans struct {
+	mu sync.Mutex
+	s  [][2]time.Time
+}
+
+func (s *spans) add(from, to time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.s = append(s.s, [2]time.Time{from, to})
+}
+
+// overlaps reports whether [began, ended] overlaps one of the spans.
+func (s *spans) overlaps(began, ended time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sp := range s.s {
+		if !began.After(sp[1]) && !ended.Before(sp[0]) {
+			return true
+		}
+	}
+	return false
 }
 
 // firstOutage is when the first outage's burst began (zero: none yet).
@@ -122,13 +145,7 @@ func (f *faults) firstOutage() time.Time {
 func (f *faults) outage() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	nc, err := nats.Connect(f.srv.URL(), nats.Timeout(time.Second))
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "chaos: count the streams:", err)
-	} else {
-		defer nc.Close()
-	}
-	before := f.streamed(nc)
+	before := f.streamed()
 	if f.outageAt.IsZero() {
 		f.outageAt = time.Now()
 	}
@@ -136,14 +153,14 @@ func (f *faults) outage() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: burst:", err)
 	}
-	f.awaitPublishing(nc, before+int64(len(ids)/3))
+	f.awaitPublishing(before + int64(len(ids)/3))
 	var unmarked int64
 	if len(ids) > 0 {
 		_ = f.q.Raw(`SELECT count(*) FROM outbox_messages WHERE id IN ?
 			AND processed_at IS NULL AND dead_at IS NULL`, ids).Row().Scan(&unmarked)
 	}
-	streamed := f.streamed(nc) - before
-	f.srv.Stop()
+	streamed := f.streamed() - before
+	f.brk.Stop()
 	stat := fmt.Sprintf("%d streamed, %d of %d unmarked", streamed, unmarked, len(ids))
 	f.burstStats = append(f.burstStats, stat)
 	fmt.Fprintf(os.Stderr, "chaos: broker down for %v; burst: %s\n", f.outageLen, stat)
@@ -152,7 +169,7 @@ func (f *faults) outage() {
 	_ = f.q.Raw(`SELECT count(*), coalesce(max(attempts), 0) FROM outbox_messages
 		WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0`).Row().Scan(&failing, &maxAttempts)
 	fmt.Fprintf(os.Stderr, "chaos: broker back; %d events wait for a retry, with up to %d failed attempts\n", failing, maxAttempts)
-	if err := f.srv.Start(); err != nil {
+	if err := f.brk.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "chaos: broker restart:", err)
 	}
 	f.outages.Add(1)
@@ -161,11 +178,11 @@ func (f *faults) outage() {
 // awaitPublishing returns once the streams hold at least n messages and are
 // growing (a relay is publishing at this instant, not claiming or marking),
 // or after 2s.
-func (f *faults) awaitPublishing(nc *nats.Conn, n int64) {
-	last := f.streamed(nc)
+func (f *faults) awaitPublishing(n int64) {
+	last := f.streamed()
 	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
 		time.Sleep(500 * time.Microsecond)
-		now := f.streamed(nc)
+		now := f.streamed()
 		if now >= n && now > last {
 			return
 		}
@@ -173,24 +190,8 @@ func (f *faults) awaitPublishing(nc *nats.Conn, n int64) {
 	}
 }
 
-// streamed is how many messages the topics' streams hold, asked through nc
-// (0 when unknown).
-func (f *faults) streamed(nc *nats.Conn) int64 {
-	if nc == nil {
-		return 0
-	}
-	js, err := nc.JetStream()
-	if err != nil {
-		return 0
-	}
-	var n int64
-	for _, t := range f.env.topics {
-		if info, err := js.StreamInfo(t); err == nil {
-			n += int64(info.State.Msgs)
-		}
-	}
-	return n
-}
+// streamed is how many messages the topics hold (0 when unknown).
+func (f *faults) streamed() int64 { return f.brk.Stored(f.env.topics) }
 
 // burst commits burstAccounts new accounts with burstEvents events each, in
 // one transaction, and returns the event ids (recorded in the ledger).
@@ -208,6 +209,8 @@ func (f *faults) burst() ([]string, error) {
 		}
 		accs[i] = a
 	}
+	began := time.Now()
+	defer func() { f.bursts.add(began, time.Now()) }()
 	err := f.db.Transaction(func(tx *gorm.DB) error {
 		for _, a := range accs {
 			if err := tx.Create(a).Error; err != nil {

@@ -14,6 +14,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -43,7 +45,12 @@ type saveStats struct {
 	mu      sync.Mutex
 	n, slow int64
 	slowest time.Duration
-	skip    func(began, ended time.Time) bool // a save then is not Herald's to answer for
+	// slowSaves are when the slow ones began and ended.
+	slowSaves [][2]time.Time
+	// frozen are the slow saves not counted: they waited on a relay frozen
+	// while it held SQLite's write lock (host.settleSaves).
+	frozen int64
+	skip   func(began, ended time.Time) bool // a save then is not Herald's to answer for
 }
 
 // add records one save that began at began and took d.
@@ -56,8 +63,16 @@ func (s *saveStats) add(began time.Time, d, limit time.Duration) {
 	s.n++
 	if d > limit {
 		s.slow++
+		s.slowSaves = append(s.slowSaves, [2]time.Time{began, began.Add(d)})
 	}
 	s.slowest = max(s.slowest, d)
+}
+
+// slowOnes is a copy of the slow saves' spans.
+func (s *saveStats) slowOnes() [][2]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.slowSaves)
 }
 
 func (s *saveStats) get() (n, slow int64, slowest time.Duration) {
@@ -81,6 +96,8 @@ type host struct {
 	longErr                  atomic.Value // string
 	holds, pauses            atomic.Int64
 	requeued, purged         atomic.Int64
+	mu                       sync.Mutex
+	freezes                  []freeze // the relays' pauses, when they ended
 	opErrs                   atomic.Int64
 }
 
@@ -225,13 +242,131 @@ func (h *host) pauseLoop(ctx context.Context, lease time.Duration) {
 	}
 	for sleepCtx(ctx, h.o.pauseEvery/2+rand.N(h.o.pauseEvery)) {
 		c := h.relays[rand.IntN(len(h.relays))]
+		pid := c.pid()
 		if !c.signal(syscall.SIGSTOP) {
 			continue
 		}
+		from := time.Now()
 		h.pauses.Add(1)
 		time.Sleep(lease * 3 / 2)
 		c.signal(syscall.SIGCONT)
+		h.mu.Lock()
+		h.freezes = append(h.freezes, freeze{pid: pid, from: from, to: time.Now()})
+		h.mu.Unlock()
 	}
+}
+
+// freeze is a relay process stopped by SIGSTOP, from..to.
+type freeze struct {
+	pid      int
+	from, to time.Time
+}
+
+// pid is the child's current process id (0: none).
+func (c *child) pid() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cmd == nil || c.cmd.Process == nil {
+		return 0
+	}
+	return c.cmd.Process.Pid
+}
+
+// frozenHolds are the spans in which a relay held SQLite's write lock while
+// SIGSTOP froze it: every other writer waits them out, by SQLite's design
+// (one write lock, which no timeout takes from its holder).
+func (h *host) frozenHolds(hs []hold) [][2]time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out [][2]time.Time
+	for _, f := range h.freezes {
+		for _, hd := range hs {
+			if hd.pid != f.pid {
+				continue
+			}
+			if from, to := maxTime(hd.began, f.from), minTime(hd.ended, f.to); to.After(from) {
+				out = append(out, [2]time.Time{from, to})
+			}
+		}
+	}
+	return out
+}
+
+// holdSummary counts, by role, the transactions that held SQLite's write
+// lock 50ms or more and their longest, but for a frozen relay's.
+func (h *host) holdSummary(hs []hold) string {
+	h.mu.Lock()
+	fz := slices.Clone(h.freezes)
+	h.mu.Unlock()
+	type agg struct {
+		n       int
+		longest time.Duration
+	}
+	by := map[string]*agg{}
+	for _, hd := range hs {
+		if !strings.HasPrefix(hd.what, "transaction") {
+			continue // a statement's time includes its wait
+		}
+		frozen := false
+		for _, f := range fz {
+			if f.pid == hd.pid && hd.began.Before(f.to) && hd.ended.After(f.from) {
+				frozen = true
+			}
+		}
+		if frozen {
+			continue
+		}
+		who := role(hd.who)
+		if by[who] == nil {
+			by[who] = &agg{}
+		}
+		by[who].n++
+		by[who].longest = max(by[who].longest, hd.ended.Sub(hd.began))
+	}
+	if len(by) == 0 {
+		return "none"
+	}
+	var parts []string
+	for who, a := range by {
+		parts = append(parts, fmt.Sprintf("%s %d, %v", who, a.n, a.longest.Round(time.Millisecond)))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, "; ")
+}
+
+// settleSaves, on SQLite, takes the slow saves that waited on a frozen
+// holder of the write lock (frozenHolds) out of the count, as those that
+// overlap the long transaction or a burst are.
+func (h *host) settleSaves(saves *saveStats) {
+	if h.kind != sqliteDB {
+		return
+	}
+	ss := saves.slowOnes()
+	if len(ss) == 0 {
+		return
+	}
+	fz := h.frozenHolds(readHolds(lockDir))
+	var kept [][2]time.Time
+	frozen := int64(0)
+	for _, s := range ss {
+		waited := false
+		for _, f := range fz {
+			if s[0].Before(f[1]) && s[1].After(f[0]) {
+				waited = true
+				break
+			}
+		}
+		if waited {
+			frozen++
+		} else {
+			kept = append(kept, s)
+		}
+	}
+	saves.mu.Lock()
+	saves.slow -= frozen
+	saves.frozen = frozen
+	saves.slowSaves = kept
+	saves.mu.Unlock()
 }
 
 // signal sends sig to the child's current process.
@@ -256,14 +391,43 @@ func (h *host) overlapsLong(began, ended time.Time) bool {
 	return began.UnixNano() <= to && ended.UnixNano() >= from
 }
 
+// explainSlow prints, for each slow save on SQLite, who held the write lock
+// while it waited (locks.go), to stderr.
+func (h *host) explainSlow(saves *saveStats) {
+	if h.kind != sqliteDB {
+		return
+	}
+	ss := saves.slowOnes()
+	if len(ss) == 0 {
+		return
+	}
+	hs := readHolds(lockDir)
+	for _, s := range ss {
+		fmt.Fprintf(os.Stderr, "chaos: slow save %s, %v: %s\n", s[0].Format("15:04:05.000"),
+			s[1].Sub(s[0]).Round(time.Millisecond), lockHolders(hs, s[0], s[1]))
+	}
+}
+
 // rows adds the host's rows to the table.
 func (h *host) rows(row func(string, any), saves *saveStats) {
 	n, slow, slowest := saves.get()
 	label := fmt.Sprintf("application saves slower than %v, of all (slowest)", h.o.slowSave)
 	if h.kind == sqliteDB && h.o.longTx > 0 {
-		label += "; not counted if they overlap the long transaction, which holds SQLite's one write lock"
+		label += "; not counted if they overlap the long transaction or a burst's, which hold SQLite's one write lock"
 	}
 	row(label, fmt.Sprintf("%d of %d (%v)", slow, n, slowest.Round(time.Millisecond)))
+	if h.kind == sqliteDB && h.o.pauseEvery > 0 {
+		saves.mu.Lock()
+		frozen := saves.frozen
+		saves.mu.Unlock()
+		row("slow saves not counted: they waited on a relay frozen (SIGSTOP) while it held SQLite's write lock", frozen)
+	}
+	if h.kind == sqliteDB {
+		row("SQLite's write lock held 50ms or more, by role: times, longest (frozen relays' excepted)", h.holdSummary(readHolds(lockDir)))
+	}
+	if h.kind == sqliteDB && slow > 0 {
+		row("who held SQLite's write lock during the slow saves (overlap, by role)", holdersSummary(readHolds(lockDir), saves.slowOnes()))
+	}
 	if h.o.longTx > 0 {
 		v := fmt.Sprintf("%d events over %d accounts in one transaction open %v", h.longEvents.Load(), h.longAccounts.Load(), h.o.longTx)
 		if e, _ := h.longErr.Load().(string); e != "" {

@@ -45,11 +45,19 @@
 // invalid UTF-8. The writers' saves are timed (-judge-saves fails the run on
 // one slower than -slow-save).
 //
+// -storage wal writes the events in PostgreSQL's WAL (outboxhook.StorageWAL)
+// on a private server at wal_level=logical, which the run restarts once; each
+// relay process runs walrelay (one streams the slot, the others wait to take
+// over) beside the table relay that publishes the events walrelay parked.
+//
 // At the end it checks every committed event's effect happened exactly once
 // (the poisoned excepted), no event of a rolled-back transaction was ever
 // seen, per-aggregate order in the streams was never violated, the dead events
 // are exactly the poisoned ones (none without -poison), and the outbox drained
-// within 30s; it prints a table and exits 1 on any violation.
+// within 30s of the last write; it prints a table and exits 1 on any
+// violation. A poisoned event dies of confirmed failures, which only later
+// publishes confirm: after the faults, light traffic (20 saves/s) goes on
+// until every poisoned event is dead, for at most 30s.
 //
 //	go run ./examples/internal/chaos                      # the full run: 90s of faults
 //	go run ./examples/internal/chaos -duration 30s -outages 1 -kill-every 3s   # CI's short run

@@ -18,19 +18,20 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	natsgo "github.com/nats-io/nats.go"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/logicaltest"
+	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 // ledger is what the writers know: every event of a committed transaction,
@@ -112,6 +113,8 @@ type options struct {
 	db, dbServer                                      string        // the database's kind, and its server (empty: the default)
 	poll                                              time.Duration // the relays' PollInterval
 	unordered                                         bool          // relays in unordered mode: order is not promised
+	broker                                            string        // the relays' publisher: nats or natsjs
+	storage                                           string        // "table" or "wal" (outboxhook.StorageWAL and walrelay; PostgreSQL)
 	host                                              hostOptions
 }
 
@@ -133,6 +136,8 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.accounts, "accounts", 400, "aggregates")
 	fs.IntVar(&o.crashOneIn, "crash-one-in", 400, "a relay kills itself after one successful Publish call in this many")
 	fs.BoolVar(&o.unordered, "unordered", false, "run the relays in unordered mode (order violations are then reported, not failures)")
+	fs.StringVar(&o.broker, "broker", "nats", "the relays' publisher: nats (watermill-nats' JetStream publisher), natsjs (Herald's, publishers/natsjs: pipelined, a result per message) or kafka (Herald's, publishers/kafka, to an in-process kfake cluster; consumers read with watermill-kafka)")
+	fs.StringVar(&o.storage, "storage", "table", "where the events are written: table (the outbox table) or wal (PostgreSQL's WAL, outboxhook.StorageWAL, published by walrelay from a slot, refused events parked in the table for the table relay; on a private server at wal_level=logical, which the run restarts once)")
 	fs.IntVar(&o.poison, "poison", 0, "events the relays' publisher always refuses: exactly these must end dead")
 	fs.IntVar(&o.relay.maxAttempts, "max-attempts", 5, "the relays' MaxAttempts: small, so that deaths can happen")
 	fs.DurationVar(&o.relay.minBackoff, "min-backoff", 100*time.Millisecond, "the relays' MinBackoff")
@@ -157,6 +162,15 @@ func parseOptions(args []string) (options, error) {
 	}
 	if o.host.partitions && o.db != postgresDB {
 		return o, errors.New("-partitions: PostgreSQL only")
+	}
+	switch o.storage {
+	case "table":
+	case "wal":
+		if o.db != postgresDB || o.dbServer != "" || o.host.partitions {
+			return o, errors.New("-storage wal: -db postgres only (the run starts its own server at wal_level=logical), without -partitions")
+		}
+	default:
+		return o, fmt.Errorf("-storage %q: table or wal", o.storage)
 	}
 	if o.poll == 0 {
 		o.poll = dialects[o.db].poll
@@ -192,25 +206,33 @@ func orchestrate(args []string) (bool, error) {
 		return false, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
-	if err := os.MkdirAll(filepath.Join(tmp, "nats"), 0o700); err != nil {
-		return false, err
+	lockDir = tmp
+	var walServer *pgtest.PrivateServer // -storage wal: the run's own, at wal_level=logical
+	if o.storage == "wal" {
+		if walServer, err = pgtest.StartServer(logicaltest.Settings...); err != nil {
+			return false, err
+		}
+		defer func() { _ = walServer.Stop("immediate") }()
+		o.dbServer = walServer.DSN
 	}
-	srv, err := brokertest.NewNATSServer(filepath.Join(tmp, "nats"))
+	topics := []string{"chaos_events", "chaos_events_b"}
+	if o.broker == "amqp" { // the shared RabbitMQ: names of the run's own
+		sfx := "_" + uuid.NewString()[:8]
+		topics = []string{topics[0] + sfx, topics[1] + sfx}
+	}
+	brk, err := startBroker(o.broker, tmp, topics)
 	if err != nil {
 		return false, err
 	}
-	if err := srv.Start(); err != nil {
-		return false, err
-	}
-	defer srv.Stop()
+	defer brk.Close()
 	dbase, err := setup(o.db, o.dbServer, tmp)
 	if err != nil {
 		return false, err
 	}
 	defer dbase.drop()
 	dl := dbase.dialect()
-	e := env{kind: dbase.kind, dsn: dbase.childDSN, nats: srv.URL(), poll: o.poll,
-		topics: []string{"chaos_events", "chaos_events_b"}, refuseFile: filepath.Join(tmp, "refusals"), relay: o.relay}
+	e := env{kind: dbase.kind, dsn: dbase.childDSN, nats: brk.URL(), poll: o.poll,
+		topics: topics, refuseFile: filepath.Join(tmp, "refusals"), relay: o.relay}
 
 	db, err := openDB(dbase.kind, dbase.dsn, "chaos_writer")
 	if err != nil {
@@ -239,6 +261,9 @@ func orchestrate(args []string) (bool, error) {
 	// other databases cannot (relay.ErrNoNotify), and their relays poll.
 	var notifier *relay.Notifier
 	hcfg := outboxhook.Config{Topic: topic}
+	if o.storage == "wal" {
+		hcfg.Storage = outboxhook.StorageWAL
+	}
 	switch notifier, err = relay.NewNotifier(db, relay.NotifierConfig{Channel: "chaos"}); {
 	case err == nil:
 		hcfg.Notify = notifier.Notify
@@ -268,6 +293,12 @@ func orchestrate(args []string) (bool, error) {
 	if _, err := inbox.New(db, inbox.Config{}); err != nil {
 		return false, err
 	}
+	if o.storage == "wal" {
+		// The slot before the first event: it keeps only what comes after.
+		if err := walrelay.Setup(ctx, dbase.childDSN, walConfig(!o.unordered)); err != nil {
+			return false, err
+		}
+	}
 	accs := make([]*Account, o.accounts)
 	for i := range accs {
 		accs[i] = &Account{ID: uuid.New()}
@@ -278,9 +309,7 @@ func orchestrate(args []string) (bool, error) {
 
 	// The observer reads the streams in order, as the broker stored them.
 	obs := &observer{seen: map[string]int{}}
-	ocfg := brokertest.NATSSubscriberConfig(e.nats, "chaos_observer")
-	ocfg.JetStream.AckAsync = true // one subscriber per stream, in stream order; do not wait on each ack
-	obsSub, err := wmnats.NewSubscriber(ocfg, watermill.NopLogger{})
+	obsSub, err := newSubscriber(brokerKind(o.broker), e.nats, "observer", 1)
 	if err != nil {
 		return false, err
 	}
@@ -326,7 +355,8 @@ func orchestrate(args []string) (bool, error) {
 				ce := e
 				ce.id = c.id
 				cmd.Env = append(os.Environ(), append(ce.vars(), fmt.Sprintf("CHAOS_CRASH_ONE_IN=%d", o.crashOneIn), fmt.Sprintf("CHAOS_UNORDERED=%t", o.unordered),
-					fmt.Sprintf("CHAOS_RELAY_POOL=%d", o.host.relayPool), fmt.Sprintf("CHAOS_PARTITIONS=%t", o.host.partitions))...)
+					fmt.Sprintf("CHAOS_RELAY_POOL=%d", o.host.relayPool), fmt.Sprintf("CHAOS_PARTITIONS=%t", o.host.partitions),
+					"CHAOS_BROKER="+o.broker, "CHAOS_STORAGE="+o.storage)...)
 				cmd.Stderr = os.Stderr
 				c.mu.Lock()
 				if stopping.Load() || cmd.Start() != nil {
@@ -352,7 +382,7 @@ func orchestrate(args []string) (bool, error) {
 	}()
 
 	led := newLedger()
-	f := &faults{db: db, q: q, mon: mon, srv: srv, led: led, env: e,
+	f := &faults{db: db, q: q, mon: mon, brk: brk, led: led, env: e,
 		outageLen: o.outageLen, refuseFor: o.refuseFor, burstAccounts: o.burstAccounts, burstEvents: o.burstEvents}
 
 	// Writers.
@@ -362,9 +392,12 @@ func orchestrate(args []string) (bool, error) {
 	// The host's faults.
 	h := &host{o: o.host, kind: dbase.kind, db: db, q: q, led: led}
 	if dbase.kind == sqliteDB {
-		// The long transaction holds SQLite's one write lock: every save
-		// waits for it, by SQLite's design, not Herald's.
-		saves.skip = h.overlapsLong
+		// The long transaction, and the outages' bursts (3,000 events in
+		// one transaction of the application's), hold SQLite's one write
+		// lock: every save waits for them, by SQLite's design, not Herald's.
+		saves.skip = func(began, ended time.Time) bool {
+			return h.overlapsLong(began, ended) || f.bursts.overlaps(began, ended)
+		}
 	}
 	for _, c := range children {
 		if c.role == "relay" {
@@ -404,7 +437,7 @@ func orchestrate(args []string) (bool, error) {
 	go func() {
 		defer close(faultsDone)
 		nextOutage := 0
-		terminatedOnce := false
+		terminatedOnce, restarted := false, false
 		lastKill := time.Now()
 		tick := time.NewTicker(250 * time.Millisecond)
 		defer tick.Stop()
@@ -419,6 +452,14 @@ func orchestrate(args []string) (bool, error) {
 				lastKill = time.Now()
 				if c := children[rand.IntN(len(children))]; c.kill() {
 					kills.Add(1)
+				}
+			}
+			if walServer != nil && !restarted && elapsed > o.dur*3/5 {
+				restarted = true
+				if err := walServer.Restart(); err != nil {
+					fmt.Fprintln(os.Stderr, "chaos: restart the database:", err)
+				} else {
+					fmt.Fprintln(os.Stderr, "chaos: database restarted")
 				}
 			}
 			if !terminatedOnce && elapsed > o.dur*2/5 && dbase.cut != nil {
@@ -462,12 +503,34 @@ func orchestrate(args []string) (bool, error) {
 	<-faultsDone
 	faultsStopped := time.Now()
 
+	// A poisoned event dies of strikes, failures that later publishes of its
+	// batch confirm; with the writers stopped nothing confirms them (the
+	// relay's doc: such a failure is retried every MaxBackoff, for ever),
+	// and a poisoned event the operator requeued late, behind pauses and
+	// one-connection pools, may not have died yet. Light traffic goes on
+	// until every poisoned event is dead (or purged), for at most 30s.
+	confirming := time.Duration(0)
+	if _, poisoned := led.counts(); poisoned > 0 {
+		tctx, stop := context.WithCancel(ctx)
+		var tw sync.WaitGroup
+		light := o
+		light.writeRate, light.writers = 20, 1
+		tw.Go(func() { writer(tctx, db, accs, led, &faults{}, saves, light) })
+		for time.Since(faultsStopped) < 30*time.Second && !poisonSettled(ctx, q, led, h.purged.Load()) {
+			time.Sleep(200 * time.Millisecond)
+		}
+		stop()
+		tw.Wait()
+		confirming = time.Since(faultsStopped)
+	}
+	lastWrite := time.Now()
+
 	// Drain: everything committed and not poisoned published and applied,
-	// the poisoned dead, within 30s.
+	// the poisoned dead, within 30s of the last write.
 	committed, poisoned := led.counts()
 	want := committed - poisoned
 	drained := false
-	for time.Since(faultsStopped) < 30*time.Second {
+	for time.Since(lastWrite) < 30*time.Second {
 		st, err := mon.Stats(ctx)
 		applied := countApplied(q)
 		if err == nil && st.Pending == 0 && applied >= int64(want) {
@@ -476,7 +539,7 @@ func orchestrate(args []string) (bool, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	drainTime := time.Since(faultsStopped)
+	drainTime := time.Since(lastWrite)
 	time.Sleep(time.Second) // late redeliveries
 	// The observer reads the streams one message at a time: let it finish,
 	// or stop making progress.
@@ -494,21 +557,41 @@ func orchestrate(args []string) (bool, error) {
 		}
 	}
 
-	v, err := judge(q, dl, mon, led, obs, h.purged.Load())
+	st, err := brk.ReadBack(ctx, e.topics)
 	if err != nil {
 		return false, err
+	}
+	v, err := judge(q, dl, led, obs, st, h.purged.Load())
+	if err != nil {
+		return false, err
+	}
+	if v.lost > 0 {
+		brk.Debug(e.topics)
 	}
 	mode, unorderedViolations := "ordered", 0
 	if o.unordered {
 		// Unordered mode promises no order: shown, not judged.
 		mode, unorderedViolations, v.violations = "unordered", v.violations, 0
 	}
+	h.settleSaves(saves)
 	ok := v.ok() && drained && h.savesOK(saves)
-	fmt.Printf("\nHerald chaos run: %v of faults, 3 %s relays, 2 consumers behind the inbox, NATS JetStream, %s\n\n", o.dur, mode, dbase.kind)
+	brokerName := "NATS JetStream"
+	switch brokerKind(o.broker) {
+	case "kafka":
+		brokerName = "Kafka (kfake, in-process; consumers: watermill-kafka)"
+	case "amqp":
+		brokerName = "RabbitMQ (behind a proxy that cuts it off; consumers: watermill-amqp)"
+	}
+	h.explainSlow(saves)
+	fmt.Printf("\nHerald chaos run: %v of faults, 3 %s relays, 2 consumers behind the inbox, %s (publisher %s), %s\n\n", o.dur, mode, brokerName, o.broker, dbase.kind)
 	fmt.Println("| measure | value |")
 	fmt.Println("|---|---:|")
 	row := func(k string, val any) { fmt.Printf("| %s | %v |\n", k, val) }
 	row("database", describeKind(dbase, o.poll))
+	if walServer != nil {
+		row("storage", "PostgreSQL's WAL (outboxhook.StorageWAL) on the run's own server at wal_level=logical, restarted once at 3/5 of the run; "+
+			"walrelay in each relay process (one streams the slot, the others wait to take over), refused events parked in the table for the table relay")
+	}
 	pace := "as fast as they go"
 	if o.writeRate > 0 {
 		pace = fmt.Sprintf("at most %d transactions/s together", o.writeRate)
@@ -533,26 +616,30 @@ func orchestrate(args []string) (bool, error) {
 	lat := obs.latencies(led, f.firstOutage(), 0.5, 0.9, 0.99)
 	row("commit to stream before the first outage, p50 / p90 / p99", fmt.Sprintf("%v / %v / %v",
 		lat[0].Round(time.Millisecond), lat[1].Round(time.Millisecond), lat[2].Round(time.Millisecond)))
-	row("duplicate deliveries in the streams (allowed)", v.dupDeliveries)
+	row("duplicates stored in the streams, redelivered to the observer (allowed)", fmt.Sprintf("%d, %d", v.dupStored, v.dupDeliveries))
 	row("duplicate effects", v.dupEffects)
 	row("lost", v.lost)
 	row("ghost events (rolled back, yet seen)", v.ghosts)
 	if o.unordered {
 		row("order violations (unordered mode: not promised)", unorderedViolations)
 	} else {
-		row("order violations", v.violations)
+		row("order violations (in the streams)", v.violations)
 	}
+	row("events the observer read after a later one of their account (redelivered after an outage; allowed)", v.readOutOfOrder)
 	row("poisoned events (refused for ever)", fmt.Sprintf("%d (+%d of unknown outcome)", poisoned, len(led.poisonUnknown)))
 	row("dead events (must be exactly the poisoned)", fmt.Sprintf("%d: %d not poisoned, %d poisoned not dead, %d poisoned yet seen",
 		v.dead, v.deadUnpoisoned, v.poisonAlive, v.poisonSeen))
 	if v.dead > 0 {
-		row("dead events: longest from commit to death, most attempts", fmt.Sprintf("%.1fs, %d", v.slowestDeath, v.mostAttempts))
+		row("dead events: longest from commit (or last requeue) to death, most attempts", fmt.Sprintf("%.1fs, %d", v.slowestDeath, v.mostAttempts))
 	}
 	if v.purgedPoison != 0 {
 		row("poisoned events purged by the operator", v.purgedPoison)
 	}
 	h.rows(row, saves)
-	row("drain time after faults stopped", fmt.Sprintf("%.1fs (limit 30s, drained: %v)", drainTime.Seconds(), drained))
+	if confirming > 0 {
+		row("light traffic after the faults, until the poisoned died (20 saves/s; at most 30s)", fmt.Sprintf("%.1fs", confirming.Seconds()))
+	}
+	row("drain time after the last write", fmt.Sprintf("%.1fs (limit 30s, drained: %v)", drainTime.Seconds(), drained))
 	if ok {
 		inOrder := ", in order,"
 		if o.unordered {
@@ -622,11 +709,19 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 			if poison {
 				f.poisonDue.Add(1) // owed still
 			}
-			// Forget the in-memory aggregate: reload what committed.
+			// Forget the in-memory aggregate: reload what committed. It
+			// still holds the events of the transaction that did not
+			// commit, which its next save would write again (ghosts of a
+			// rolled-back transaction): never save it again. Until the
+			// reload succeeds (a database restart: -storage wal), or the
+			// writer stops.
 			fresh := &Account{}
-			if db.First(fresh, "id = ?", a.ID).Error == nil {
-				mine[i] = fresh
+			for db.First(fresh, "id = ?", a.ID).Error != nil {
+				if !sleepCtx(ctx, 100*time.Millisecond) {
+					return
+				}
 			}
+			mine[i] = fresh
 		}
 		if f.slow.Load() {
 			sleepCtx(ctx, 100*time.Millisecond)
@@ -634,12 +729,37 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 	}
 }
 
+// poisonSettled reports whether every poisoned event the ledger committed is
+// dead, or may have been purged: no more of them alive than the operator
+// purged dead events (purged). It only decides when the light traffic after
+// the faults stops; judge decides the run.
+func poisonSettled(ctx context.Context, q *gorm.DB, led *ledger, purged int64) bool {
+	ops, err := admin.Open(ctx, q, admin.Config{})
+	if err != nil {
+		return false
+	}
+	deadEvs, err := ops.Dead(ctx, admin.DeadFilter{}, 1<<20)
+	if err != nil {
+		return false
+	}
+	led.mu.Lock()
+	defer led.mu.Unlock()
+	alive := int64(len(led.poisoned))
+	for _, d := range deadEvs {
+		if _, ok := led.poisoned[d.ID]; ok {
+			alive--
+		}
+	}
+	return alive <= purged
+}
+
 // verdict is the ledger's judgement of the run.
 type verdict struct {
 	lost, dupEffects, ghosts, violations, dupDeliveries int
+	readOutOfOrder, dupStored                           int // by the live observer; in the streams
 	dead, deadUnpoisoned, poisonAlive, poisonSeen       int
 	purgedPoison                                        int     // poisoned, dead, and purged by the operator
-	slowestDeath                                        float64 // seconds from commit to death, at most
+	slowestDeath                                        float64 // seconds from commit (or the last requeue: it resets created_at) to death, at most
 	mostAttempts                                        int     // of a dead event
 }
 
@@ -652,19 +772,25 @@ func (v verdict) ok() bool {
 // A poisoned event that is no longer in the outbox was purged by the
 // operator: no more of them than the operator purged (purged), else
 // purgedPoison is -1.
-func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer, purged int64) (verdict, error) {
+func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged int64) (verdict, error) {
 	var v verdict
 	effects, err := countByID(q, `SELECT event_id, count(*) FROM effects GROUP BY event_id`)
 	if err != nil {
 		return v, err
 	}
-	deadEvs, err := mon.Dead(context.Background(), 1<<20)
+	ops, err := admin.Open(context.Background(), q, admin.Config{})
+	if err != nil {
+		return v, fmt.Errorf("ledger: %w", err)
+	}
+	deadEvs, err := ops.Dead(context.Background(), admin.DeadFilter{}, 1<<20)
 	if err != nil {
 		return v, fmt.Errorf("ledger: %w", err)
 	}
 	dead := map[string]int{}
+	lastErr := map[string]string{}
 	for _, d := range deadEvs {
-		dead[d.ID.String()] = 1
+		dead[d.ID] = 1
+		lastErr[d.ID] = fmt.Sprintf("attempts %d, strikes %d, last error %q", d.Attempts, d.Strikes, d.LastError)
 	}
 	led.mu.Lock()
 	defer led.mu.Unlock()
@@ -676,6 +802,11 @@ func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer,
 		case poisoned:
 		case n == 0:
 			v.lost++
+			if v.lost <= 10 { // the first few, with where they got to
+				var inb int64
+				_ = q.Raw(`SELECT count(*) FROM inbox_messages WHERE message_id = ?`, id).Row().Scan(&inb)
+				fmt.Fprintf(os.Stderr, "chaos: lost %s (in the streams: %v, inbox rows: %d)\n", id, obs.sawID(id), inb)
+			}
 		case n > 1:
 			v.dupEffects++
 		}
@@ -683,6 +814,7 @@ func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer,
 	for id := range led.rolledBack {
 		if effects[id] > 0 || obs.sawID(id) {
 			v.ghosts++
+			fmt.Fprintf(os.Stderr, "chaos: ghost %s (effects %d, seen by the observer %v)\n", id, effects[id], obs.sawID(id))
 		}
 	}
 	v.dead = len(dead)
@@ -691,6 +823,7 @@ func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer,
 		_, u := led.poisonUnknown[id]
 		if !p && !u {
 			v.deadUnpoisoned++
+			fmt.Fprintf(os.Stderr, "chaos: dead, not poisoned: %s (%s)\n", id, lastErr[id])
 		}
 	}
 	for id := range led.poisoned {
@@ -709,7 +842,15 @@ func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer,
 	}
 	_ = q.Raw(`SELECT coalesce(max(`+dl.secs("dead_at", "created_at")+`), 0), coalesce(max(attempts), 0)
 		FROM outbox_messages WHERE dead_at IS NOT NULL`).Row().Scan(&v.slowestDeath, &v.mostAttempts)
-	v.violations, v.dupDeliveries = obs.verdict()
+	v.readOutOfOrder, v.dupDeliveries = obs.verdict()
+	pairs := violationPairs(st.order)
+	v.violations, v.dupStored = len(pairs), st.dups
+	for _, p := range pairs {
+		fmt.Fprintf(os.Stderr, "chaos: order: account %s version %d (%s, at %s) stored after version %d (%s, at %s)\n",
+			p[0].account, p[0].version, p[0].id, p[0].pos, p[1].version, p[1].id, p[1].pos)
+		describe(q, dl, p[0].id)
+		describe(q, dl, p[1].id)
+	}
 	return v, nil
 }
 
@@ -717,20 +858,22 @@ func judge(q *gorm.DB, dl dialect, mon *relay.Relay, led *ledger, obs *observer,
 func describe(q *gorm.DB, dl dialect, id string) {
 	var (
 		attempts, strikes, blocked int
+		seq                        int64
+		processed                  bool
 		lastErr                    sql.NullString
 		age, due                   float64
 	)
-	err := q.Raw(`SELECT o.attempts, o.strikes, o.last_error, `+dl.secs(dl.now, "o.created_at")+`,
+	err := q.Raw(`SELECT o.seq, o.processed_at IS NOT NULL, o.attempts, o.strikes, o.last_error, `+dl.secs(dl.now, "o.created_at")+`,
 		`+dl.secs("o.available_at", dl.now)+`,
 		(SELECT count(*) FROM outbox_messages l WHERE l.aggregate_id = o.aggregate_id AND l.seq > o.seq
 			AND l.processed_at IS NULL AND l.dead_at IS NULL)
-		FROM outbox_messages o WHERE o.id = ?`, id).Row().Scan(&attempts, &strikes, &lastErr, &age, &due, &blocked)
+		FROM outbox_messages o WHERE o.id = ?`, id).Row().Scan(&seq, &processed, &attempts, &strikes, &lastErr, &age, &due, &blocked)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "chaos: event %s: %v\n", id, err)
 		return
 	}
-	fmt.Fprintf(os.Stderr, "chaos: event %s: %d attempts, %d strikes, last error %q, %.1fs old, due in %.1fs, %d later events of its aggregate wait\n",
-		id, attempts, strikes, lastErr.String, age, due, blocked)
+	fmt.Fprintf(os.Stderr, "chaos: event %s: outbox seq %d, published %v, %d attempts, %d strikes, last error %q, %.1fs old, due in %.1fs, %d later events of its aggregate wait\n",
+		id, seq, processed, attempts, strikes, lastErr.String, age, due, blocked)
 }
 
 // countByID runs a query of (id, count) rows into a map.
@@ -788,6 +931,7 @@ type observed struct {
 	account string
 	version int
 	at      time.Time // when the observer first read it
+	pos     string    // where the broker stored it (read back), for the log
 }
 
 func (o *observer) run(msgs <-chan *message.Message) {
@@ -813,19 +957,13 @@ func (o *observer) sawID(id string) bool {
 	return ok
 }
 
-// verdict returns the order violations (an account's version first seen after
-// a higher one of the same account) and the duplicate deliveries.
-func (o *observer) verdict() (violations, dups int) {
+// verdict returns the events the observer first read after a later version
+// of their account (redeliveries after a broker outage; the order promised is
+// the streams', see readStreams) and the duplicate deliveries.
+func (o *observer) verdict() (outOfOrder, dups int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	last := map[string]int{}
-	for _, ob := range o.order {
-		if v, ok := last[ob.account]; ok && ob.version < v {
-			violations++
-		}
-		last[ob.account] = max(last[ob.account], ob.version)
-	}
-	return violations, o.dups
+	return violations(o.order), o.dups
 }
 
 // latencies returns the quantiles qs of the time from an event's commit (as
@@ -851,4 +989,22 @@ func (o *observer) latencies(led *ledger, before time.Time, qs ...float64) []tim
 		out[i] = ds[min(int(q*float64(len(ds))), len(ds)-1)]
 	}
 	return out
+}
+
+// debugConsumers prints the JetStream consumers' positions (what the broker
+// counts as delivered and acked), to tell a lost event the broker never
+// delivered from one it saw acked.
+func debugConsumers(url string, streams []string) {
+	nc, err := natsgo.Connect(url)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	js, _ := nc.JetStream()
+	for _, st := range streams {
+		for c := range js.ConsumersInfo(st) {
+			fmt.Fprintf(os.Stderr, "chaos: consumer %s/%s: delivered %+v ackfloor %+v pending %d ackpending %d redelivered %d maxdeliver %d ackwait %v\n",
+				st, c.Name, c.Delivered, c.AckFloor, c.NumPending, c.NumAckPending, c.NumRedelivered, c.Config.MaxDeliver, c.Config.AckWait)
+		}
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,7 +25,10 @@ import (
 	"github.com/heraldgo/herald/examples/internal/brokertest"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/publishers/kafka"
+	"github.com/heraldgo/herald/publishers/natsjs"
 	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 // Account is the chaos run's aggregate: every save records Deposited with the
@@ -79,6 +83,9 @@ func (s relaySettings) config() relay.Config {
 func childEnv() env {
 	atoi := func(k string) int { n, _ := strconv.Atoi(os.Getenv(k)); return n }
 	dur := func(k string) time.Duration { d, _ := time.ParseDuration(os.Getenv(k)); return d }
+	if f := os.Getenv("CHAOS_REFUSE_FILE"); f != "" {
+		lockDir = filepath.Dir(f) // the run's directory
+	}
 	return env{
 		kind: os.Getenv("CHAOS_DB"), poll: dur("CHAOS_POLL"),
 		dsn: os.Getenv("CHAOS_DSN"), nats: os.Getenv("CHAOS_NATS"), id: os.Getenv("CHAOS_ID"),
@@ -113,11 +120,36 @@ type crashAfterAck struct {
 
 func (c crashAfterAck) Publish(topic string, msgs ...*message.Message) error {
 	err := c.Publisher.Publish(topic, msgs...)
-	if err == nil && rand.IntN(c.oneIn) == 0 {
+	if err == nil {
+		c.maybeCrash()
+	}
+	return err
+}
+
+func (c crashAfterAck) maybeCrash() {
+	if rand.IntN(c.oneIn) == 0 {
 		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}
 	}
-	return err
+}
+
+// crashAfterAckBatch is crashAfterAck for a publisher with a result per
+// message: it kills its process after a call the broker acknowledged a
+// message of.
+type crashAfterAckBatch struct {
+	crashAfterAck
+	batch relay.BatchPublisher
+}
+
+func (c crashAfterAckBatch) PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error {
+	errs := c.batch.PublishBatch(ctx, topic, msgs...)
+	for _, err := range errs {
+		if err == nil {
+			c.maybeCrash()
+			break
+		}
+	}
+	return errs
 }
 
 // poisonKey marks, in an event's metadata, an event the relays' publisher
@@ -164,6 +196,93 @@ func (p refusing) Publish(topic string, msgs ...*message.Message) error {
 	return p.Publisher.Publish(topic, msgs...)
 }
 
+// refusingBatch is refusing for a publisher with a result per message: the
+// poisoned messages fail alone, the others go to the broker.
+type refusingBatch struct {
+	refusing
+	batch relay.BatchPublisher
+}
+
+func (p refusingBatch) PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error {
+	errs := make([]error, len(msgs))
+	if topic == p.topic && p.win.active(time.Now()) {
+		for i := range errs {
+			errs[i] = errRefused
+		}
+		return errs
+	}
+	var (
+		send []*message.Message
+		at   []int
+	)
+	for i, m := range msgs {
+		if m.Metadata.Get(poisonKey) != "" {
+			errs[i] = fmt.Errorf("%w: %w", relay.ErrRejected, errPoisoned) // as the broker refusing the message
+			continue
+		}
+		send, at = append(send, m), append(at, i)
+	}
+	if len(send) == 0 {
+		return errs
+	}
+	got := p.batch.PublishBatch(ctx, topic, send...)
+	for k, i := range at {
+		if k < len(got) {
+			errs[i] = got[k]
+		} else {
+			errs[i] = errors.New("chaos: the publisher returned too few results")
+		}
+	}
+	return errs
+}
+
+// relayPublisher is the relays' publisher with the fault injection in front:
+// watermill-nats' (broker "nats") or Herald's JetStream, Kafka or RabbitMQ
+// publisher ("natsjs", "kafka", "amqp", whose result per message the wrappers
+// keep).
+func relayPublisher(e env, broker string, oneIn int) (message.Publisher, error) {
+	var opts []nats.Option
+	if e.id != "1" {
+		// No reconnect buffer: while the broker is down, a publish fails at
+		// once instead of hanging until PublishTimeout, so these relays retry
+		// at the pace of their backoffs (relay 1 keeps the buffer and hangs).
+		opts = append(opts, nats.ReconnectBufSize(-1))
+	}
+	refused := e.topics[len(e.topics)-1]
+	if broker == "nats" {
+		cfg := brokertest.NATSPublisherConfig(e.nats)
+		cfg.NatsOptions = append(cfg.NatsOptions, opts...)
+		pub, err := wmnats.NewPublisher(cfg, watermill.NopLogger{})
+		if err != nil {
+			return nil, err
+		}
+		return crashAfterAck{refusing{Publisher: pub, topic: refused, win: &refusals{file: e.refuseFile}}, oneIn}, nil
+	}
+	// Herald's publishers, a result per message (relay.BatchPublisher).
+	var (
+		pub interface {
+			message.Publisher
+			relay.BatchPublisher
+		}
+		err error
+	)
+	switch broker {
+	case "natsjs":
+		pub, err = natsjs.New(natsjs.Config{URL: e.nats, NATSOptions: opts, AutoProvision: true, Logger: quiet()})
+	case "kafka":
+		pub, err = kafka.New(kafka.Config{Brokers: []string{e.nats}, Logger: quiet()})
+	case "amqp":
+		pub, err = newAMQPPublisher(e.nats)
+	default:
+		return nil, fmt.Errorf("chaos: unknown -broker %q (nats, natsjs, kafka, amqp)", broker)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ref := refusingBatch{refusing{Publisher: pub, topic: refused, win: &refusals{file: e.refuseFile}}, pub}
+	return crashAfterAckBatch{crashAfterAck{ref, oneIn}, ref}, nil
+}
+
 // runRelay is a relay process: ordered mode (unordered with -unordered),
 // publishing to the chaos broker.
 func runRelay(ctx context.Context) error {
@@ -172,18 +291,11 @@ func runRelay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cfg := brokertest.NATSPublisherConfig(e.nats)
-	if e.id != "1" {
-		// No reconnect buffer: while the broker is down, a publish fails at
-		// once instead of hanging until PublishTimeout, so these relays retry
-		// at the pace of their backoffs (relay 1 keeps the buffer and hangs).
-		cfg.NatsOptions = append(cfg.NatsOptions, nats.ReconnectBufSize(-1))
-	}
-	pub, err := wmnats.NewPublisher(cfg, watermill.NopLogger{})
+	oneIn, _ := strconv.Atoi(os.Getenv("CHAOS_CRASH_ONE_IN"))
+	pub, err := relayPublisher(e, os.Getenv("CHAOS_BROKER"), max(oneIn, 1))
 	if err != nil {
 		return err
 	}
-	oneIn, _ := strconv.Atoi(os.Getenv("CHAOS_CRASH_ONE_IN"))
 	rcfg := e.relay.config()
 	rcfg.Ordered, rcfg.InstanceID, rcfg.PollInterval = os.Getenv("CHAOS_UNORDERED") != "true", "relay-"+e.id, e.poll
 	rcfg.Channel, rcfg.Logger = "chaos", quiet()
@@ -197,14 +309,45 @@ func runRelay(ctx context.Context) error {
 		}
 		s.SetMaxOpenConns(n)
 	}
-	pubs := refusing{Publisher: pub, topic: e.topics[len(e.topics)-1], win: &refusals{file: e.refuseFile}}
-	r, err := relay.New(db, crashAfterAck{pubs, max(oneIn, 1)}, rcfg)
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if os.Getenv("CHAOS_STORAGE") != "wal" {
+		r, err := relay.New(db, pub, rcfg)
+		if err != nil {
+			return err
+		}
+		return r.Run(ctx)
+	}
+	// -storage wal: the WAL relay publishes from the slot (one process at
+	// a time: the others wait to take over), and the table relay the
+	// events it parked, their failures confirmed by the WAL relay's
+	// publishes.
+	wcfg := walConfig(rcfg.Ordered)
+	wcfg.PublishTimeout, wcfg.Logger = e.relay.publishTimeout, quiet()
+	wr, err := walrelay.New(e.dsn, pub, wcfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	return r.Run(ctx)
+	rcfg.Confirmer = wr
+	r, err := relay.New(db, pub, rcfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() { errs <- wr.Run(ctx) }()
+	go func() { errs <- r.Run(ctx) }()
+	err = <-errs
+	cancel()
+	return errors.Join(err, <-errs)
+}
+
+// walConfig is the WAL relay's configuration in -storage wal (the run's
+// own server: one slot).
+func walConfig(ordered bool) walrelay.Config {
+	return walrelay.Config{Slot: "chaos", Publication: "chaos", Ordered: ordered,
+		RetryInterval: 200 * time.Millisecond, StatusInterval: time.Second}
 }
 
 // runConsumer is a consumer process: a router with the inbox, writing one
@@ -218,13 +361,14 @@ func runConsumer(ctx context.Context) error {
 	if err := db.Use(outboxhook.New(outboxhook.Config{DisableAutoCreate: true})); err != nil {
 		return err
 	}
-	in, err := inbox.New(db, inbox.Config{DisableAutoCreate: true, Logger: quiet()})
+	// One inbox consumer for all the handlers of a topic.
+	in, err := inbox.New(db, inbox.Config{DisableAutoCreate: true, Logger: quiet(), Consumer: "effects"})
 	if err != nil {
 		return err
 	}
-	scfg := brokertest.NATSSubscriberConfig(e.nats, "chaos_consumers")
-	scfg.SubscribersCount = 8 // handle messages concurrently; the inbox serializes duplicates
-	sub, err := wmnats.NewSubscriber(scfg, watermill.NopLogger{})
+	// 8 at once (NATS; Kafka: one per partition); the inbox serializes duplicates.
+	kind := brokerKind(os.Getenv("CHAOS_BROKER"))
+	sub, err := newSubscriber(kind, e.nats, "consumers", 8)
 	if err != nil {
 		return err
 	}
@@ -234,14 +378,20 @@ func runConsumer(ctx context.Context) error {
 	}
 	router.AddMiddleware(in.Middleware)
 	consumer := "consumer-" + e.id
+	handlers := 1
+	if kind == "amqp" {
+		handlers = 4 // watermill-amqp handles one message at a time per subscription
+	}
 	for _, topic := range e.topics {
-		router.AddConsumerHandler("effects_"+topic, topic, sub, func(msg *message.Message) error {
-			var d Deposited
-			if err := json.Unmarshal(msg.Payload, &d); err != nil {
-				return err
-			}
-			return inbox.Tx(msg.Context()).Create(&Effect{EventID: msg.UUID, AccountID: d.AccountID.String(), Version: d.Version, Consumer: consumer}).Error
-		})
+		for i := range handlers {
+			router.AddConsumerHandler(fmt.Sprintf("effects_%s_%d", topic, i), topic, sub, func(msg *message.Message) error {
+				var d Deposited
+				if err := json.Unmarshal(msg.Payload, &d); err != nil {
+					return err
+				}
+				return inbox.Tx(msg.Context()).Create(&Effect{EventID: msg.UUID, AccountID: d.AccountID.String(), Version: d.Version, Consumer: consumer}).Error
+			})
+		}
 	}
 	ctx, stop := signal.NotifyContext(ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

@@ -17,21 +17,27 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/heraldgo/herald/internal/logicaltest"
 	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/walrelay"
 )
 
 // The Grafana dashboard and the Prometheus alert rules (examples/grafana)
 // use only metric names Herald exports, as read through OpenTelemetry's
 // Prometheus exporter from a relay that published, failed and killed
-// events; the dashboard shows every one of them, and the alerts watch the
-// oldest pending age and the dead events.
+// events, and from the gauges of a WAL relay's slot; the dashboard shows
+// every one of them, and the alerts watch the oldest pending age, the dead
+// events and the slot's lag.
 func TestGrafanaDashboardAndAlerts(t *testing.T) {
 	exported := exportedMetrics(t)
 	for _, want := range []string{"herald_outbox_pending", "herald_outbox_failing", "herald_outbox_dead",
 		"herald_outbox_oldest_pending_age_seconds", "herald_relay_published_total", "herald_relay_failed_total",
 		"herald_relay_dead_total", "herald_relay_publish_duration_seconds_bucket",
-		"herald_outbox_dead_tuples", "herald_outbox_size_bytes", "herald_db_oldest_xact_age_seconds"} {
+		"herald_outbox_dead_tuples", "herald_outbox_size_bytes", "herald_db_oldest_xact_age_seconds",
+		"herald_wal_slot_lag_bytes", "herald_wal_slot_retained_bytes", "herald_wal_slot_age_seconds",
+		"herald_wal_slot_active", "herald_wal_slot_usable"} {
 		if !exported[want] {
 			t.Fatalf("the relay does not export %s (it exports %v)", want, sortedKeys(exported))
 		}
@@ -94,7 +100,7 @@ func TestGrafanaDashboardAndAlerts(t *testing.T) {
 			t.Fatalf("the dashboard does not show %s", name)
 		}
 	}
-	for _, want := range []string{"Pending", "Failing", "Dead", "Oldest pending", "Publish rate", "Publish duration per batch"} {
+	for _, want := range []string{"Pending", "Failing", "Dead", "Oldest pending", "Publish rate", "Publish duration per batch", "WAL slot lag"} {
 		if !slices.Contains(titles, want) {
 			t.Fatalf("no panel %q among %q", want, titles)
 		}
@@ -133,7 +139,7 @@ func TestGrafanaDashboardAndAlerts(t *testing.T) {
 			}
 		}
 	}
-	for _, name := range []string{"herald_outbox_oldest_pending_age_seconds", "herald_outbox_dead"} {
+	for _, name := range []string{"herald_outbox_oldest_pending_age_seconds", "herald_outbox_dead", "herald_wal_slot_lag_bytes"} {
 		if watched[name] == "" {
 			t.Fatalf("no alert on %s", name)
 		}
@@ -185,6 +191,28 @@ func exportedMetrics(t *testing.T) map[string]bool {
 		s, err := r.Stats(context.Background())
 		return err == nil && s.Dead == 1 && s.Published == 1
 	})
+
+	// The WAL relay's slot gauges, of a slot a relay streams (the age is
+	// observed only then), on the logical-level server.
+	wdb, wdsn := logicaltest.Open(t, nil)
+	testkit.Must(t, wdb.Use(outboxhook.New(outboxhook.Config{Storage: outboxhook.StorageWAL})))
+	slot := logicaltest.SlotName()
+	wr, err := walrelay.New(wdsn, testkit.NewGoChannel(), walrelay.Config{Slot: slot, Logger: quietLogger(), StatusInterval: 50 * time.Millisecond})
+	testkit.Must(t, err)
+	wctx, stop := context.WithCancel(context.Background())
+	wdone := make(chan struct{})
+	go func() { defer close(wdone); _ = wr.Run(wctx) }()
+	t.Cleanup(func() { stop(); <-wdone })
+	wsql, err := wdb.DB()
+	testkit.Must(t, err)
+	unobserve, err := walrelay.ObserveSlot(wsql, slot, mp)
+	testkit.Must(t, err)
+	t.Cleanup(unobserve)
+	eventually(t, 20*time.Second, "the relay to stream its slot", func() bool {
+		s, err := wr.Stats(context.Background())
+		return err == nil && s.Active && s.AgeSeconds != nil
+	})
+
 	mfs, err := reg.Gather()
 	testkit.Must(t, err)
 	out := map[string]bool{}
@@ -198,9 +226,13 @@ func exportedMetrics(t *testing.T) map[string]bool {
 			continue
 		}
 		out[name] = true
+		label, value := "table", "outbox_messages"
+		if strings.HasPrefix(name, "herald_wal_") {
+			label, value = "slot", slot
+		}
 		for _, m := range mf.GetMetric() {
-			if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == "table" && l.GetValue() == "outbox_messages" }) {
-				t.Fatalf("%s has no table label: %v", name, m.GetLabel())
+			if !slices.ContainsFunc(m.GetLabel(), func(l *dto.LabelPair) bool { return l.GetName() == label && l.GetValue() == value }) {
+				t.Fatalf("%s has no %s label: %v", name, label, m.GetLabel())
 			}
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/logicaltest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
@@ -23,7 +24,7 @@ func TestMain(m *testing.M) {
 		runChildRelay() // a relay process started by a test; runs until killed
 		return
 	}
-	pgtest.Main(m)
+	pgtest.Main(logicaltest.Wrap(m))
 }
 
 // Account and Deposited are the tests' aggregate and event (testkit's).

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"time"
 
@@ -14,8 +15,8 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 
 type admin struct {
 	t   ident.Table
-	rel store.Relay
-	q   struct{ topics, published, retains, findDead, deadOfType, deadBefore, requeueSeqs, purgeSeqs string }
+	rel *relay
+	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, deadOfType, deadBefore, requeueSeqs, purgeSeqs string }
 }
 
 func newAdmin(t ident.Table) *admin {
@@ -32,6 +33,13 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, COUNT(*) FROM {t} WHERE processed_at >= {now} - INTERVAL 1 MINUTE GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL {where} ORDER BY o.dead_at, o.seq LIMIT ?`)
+	// Failing: pending with a failed attempt. GROUP BY on the TEXT
+	// last_error compares its first max_sort_length bytes (1,024 by default).
+	a.q.findFailing = rep.Replace(`SELECT {cols}, o.last_error, o.last_failed_at, o.available_at FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where} ORDER BY o.available_at, o.seq LIMIT ?`)
+	a.q.failingGroups = rep.Replace(`SELECT o.type, COALESCE(o.last_error, ''), COUNT(*), MAX(o.attempts), MIN(o.available_at), MAX(o.last_failed_at) FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where}
+GROUP BY o.type, COALESCE(o.last_error, '') ORDER BY COUNT(*) DESC, o.type, COALESCE(o.last_error, '') LIMIT ?`)
 	// The writes find their rows first, by a read that locks nothing, then
 	// change them by the primary key (as the relay's Requeue and marks do,
 	// see bySeq): through a secondary index an UPDATE locks index entries a
@@ -56,7 +64,7 @@ func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, err
 	return ok, err
 }
 
-func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.DeadRow, error) {
+func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.Row, error) {
 	var (
 		where []string
 		args  []any
@@ -80,8 +88,57 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 	return store.Collect(ctx, x, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit), scanDead)
 }
 
+// failing returns q (findFailing or failingGroups) for f and limit, and its
+// arguments.
+func (a *admin) failing(q string, f store.FailingFilter, limit int) (string, []any) {
+	cond, args := "", []any{}
+	if f.Type != "" {
+		cond, args = "AND o.type = ?", append(args, f.Type)
+	}
+	return strings.Replace(q, "{where}", cond, 1), append(args, limit)
+}
+
+func (a *admin) FindFailing(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.Row, error) {
+	q, args := a.failing(a.q.findFailing, f, limit)
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+		var (
+			lastErr        sql.NullString
+			failedAt, next any
+		)
+		r, err := scanClaimed(rows, &lastErr, &failedAt, &next)
+		if err != nil {
+			return r, err
+		}
+		r.LastError = lastErr.String
+		if r.LastFailedAt, err = parseTime(failedAt); err != nil {
+			return r, err
+		}
+		r.NextAttemptAt, err = parseTime(next)
+		return r, err
+	})
+}
+
+func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.FailureGroup, error) {
+	q, args := a.failing(a.q.failingGroups, f, limit)
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.FailureGroup, error) {
+		var (
+			g              store.FailureGroup
+			next, failedAt any
+		)
+		if err := rows.Scan(&g.Type, &g.LastError, &g.Events, &g.MaxAttempts, &next, &failedAt); err != nil {
+			return g, err
+		}
+		var err error
+		if g.NextAttemptAt, err = parseTime(next); err != nil {
+			return g, err
+		}
+		g.LastFailedAt, err = parseTime(failedAt)
+		return g, err
+	})
+}
+
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
-	return store.RequeueEach(ctx, db, readCommitted, a.rel, ids)
+	return store.RequeueEach(ctx, db, readCommitted, a.rel.requeue, ids)
 }
 
 func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {
@@ -98,13 +155,7 @@ func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64
 }
 
 func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
-	var n int64
-	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
-		var err error
-		n, err = a.rel.RequeueAll(ctx, tx)
-		return err
-	})
-	return n, err
+	return a.rel.RequeueAll(ctx, db)
 }
 
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {

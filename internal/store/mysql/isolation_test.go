@@ -5,9 +5,9 @@ import (
 	"database/sql"
 	"testing"
 
+	"github.com/heraldgo/herald/internal/mysqltest"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/mysql"
-	"github.com/heraldgo/herald/internal/testkit"
 )
 
 // The relay's locking transactions run at READ COMMITTED on a connection
@@ -19,11 +19,11 @@ import (
 // does not.
 func TestLockingTxIsolation(t *testing.T) {
 	t.Parallel()
-	db := testkit.MySQL.Open(t, testkit.MySQL.NewDSN(t), nil)
-	sqlDB, err := db.DB()
+	sqlDB, err := sql.Open("mysql", mysqltest.Database(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = sqlDB.Close() })
 	ctx := context.Background()
 	if _, err := sqlDB.ExecContext(ctx, `CREATE TABLE t (k INT PRIMARY KEY) ENGINE=InnoDB`); err != nil {
 		t.Fatal(err)

@@ -49,9 +49,9 @@ var _ store.Driver = Driver{}
 // Name returns "mysql".
 func (Driver) Name() string { return "mysql" }
 
-// Caps: FOR UPDATE SKIP LOCKED; found rows counted as affected
-// (clientFoundRows); no LISTEN/NOTIFY, no aborting a transaction.
-func (Driver) Caps() store.Caps { return store.Caps{RowLocks: true, FoundRows: true} }
+// Caps: row locks (FOR UPDATE SKIP LOCKED); found rows counted as affected
+// (clientFoundRows). No LISTEN/NOTIFY, no claim position, no partitions.
+func (Driver) Caps() store.Caps { return store.Caps(store.RowLocks | store.FoundRows) }
 
 // readCommitted is the isolation of every transaction Herald begins on MySQL
 // that locks rows (the relay's claims and marks, lease acquisition, cleanup,
@@ -172,7 +172,7 @@ const maxRows = 1000
 // Insert inserts evs with one multi-row INSERT; if a row's id exists, row by
 // row, leaving existing rows alone. MySQL cannot tell another transaction's
 // fate: no tokens; Settle looks the rows up.
-func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, _ bool) (int64, map[uuid.UUID]int64, error) {
+func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, _ bool) (int64, map[uuid.UUID]int64, error) {
 	for i := range evs {
 		e := &evs[i]
 		for col, v := range map[string]string{"type": e.Type, "topic": e.Topic, "aggregate_type": e.AggregateType, "aggregate_id": e.AggregateID} {
@@ -208,7 +208,7 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, 
 	return total, nil, nil
 }
 
-func (o *outbox) insert(ctx context.Context, x store.Execer, evs []store.Event) (int64, error) {
+func (o *outbox) insert(ctx context.Context, x store.Execer, evs []store.Row) (int64, error) {
 	var b strings.Builder
 	b.WriteString(`INSERT INTO ` + Quote(o.t) + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at) VALUES `)
 	args := make([]any, 0, 9*len(evs))
@@ -218,7 +218,7 @@ func (o *outbox) insert(ctx context.Context, x store.Execer, evs []store.Event) 
 			b.WriteString(", ")
 		}
 		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, " + Now + ", " + Now + ")")
-		args = append(args, e.ID.String(), e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic,
+		args = append(args, e.ID, e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic,
 			string(e.Payload), string(e.Metadata), e.OccurredAt.UTC())
 	}
 	return store.Affected(ctx, x, b.String(), args...)

@@ -15,9 +15,13 @@ import (
 // Relay returns the relay's operations on the outbox table t.
 func (Driver) Relay(t ident.Table) store.Relay { return newRelay(t) }
 
-// Waker returns nil: MySQL has no LISTEN/NOTIFY. Relays in other processes
-// find events by polling; within one process, Notify is a relay's Wake.
-func (Driver) Waker() store.Waker { return nil }
+// Waker returns store.NoWaker: MySQL has no LISTEN/NOTIFY. Relays in other
+// processes find events by polling (Config.PollInterval); within one process,
+// Notify is a relay's Wake.
+func (Driver) Waker() store.Waker { return store.NoWaker{} }
+
+// WALOutbox returns store.ErrNotSupported: the outbox is a table here.
+func (Driver) WALOutbox(string) (store.Outbox, error) { return nil, store.ErrNotSupported }
 
 const pending = `processed_at IS NULL AND dead_at IS NULL`
 
@@ -38,15 +42,21 @@ const partitionExpr = `MOD(CRC32(CASE WHEN o.aggregate_id = '' THEN o.id ELSE CO
 // UNION ALL selects costs more to parse than the JSON.
 const bySeq = `JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS k STRAIGHT_JOIN {t} AS o ON o.seq = k.seq`
 
-// requeueSet makes a dead event pending again (Requeue, RequeueAll and the admin's requeues).
-const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now
+// requeueSet makes a dead event pending again (Requeue, RequeueAll and the
+// admin's requeues). created_at is reset too: the oldest pending age (Stats,
+// the admin's Topics) counts from the requeue, not from the first insert, or a
+// requeued event would make the outbox unhealthy at once. Nothing else reads
+// created_at (the partitioned outbox is partitioned by occurred_at, which is
+// kept).
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
 
 type relay struct {
-	t ident.Table
-	q struct {
-		claimLocked, claimOrdered, recoverOutage, stats, dead, seqOf, requeue, requeueAll, cleanup, unlease, fenceHeld string
+	store.Unpositioned // no claim position, no partitions
+	t                  ident.Table
+	q                  struct {
+		claimLocked, claimOrdered, stats, dead, seqOf, requeue, requeueAll, cleanup, fenceHeld string
 		// by fencing: [none, the partition leases]
-		markProcessed, markDelete, markFailed [2]string
+		markProcessed, markDelete, markFailed, recoverOutage [2]string
 	}
 	leases leases
 }
@@ -97,10 +107,11 @@ WHERE l.owner = ? LOCK IN SHARE MODE`)
   o.dead_at = CASE WHEN ? THEN {now} END
 WHERE o.id = ? AND o.processed_at IS NULL AND o.dead_at IS NULL`)
 	}
-	q.unlease = rep.Replace(`UPDATE ` + bySeq + ` SET o.available_at = {now}
-WHERE o.processed_at IS NULL AND o.dead_at IS NULL`)
-	q.recoverOutage = rep.Replace(`UPDATE {t} SET available_at = {now}
-WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?`)
+	for i, join := range [2]string{``, fenced} {
+		q.recoverOutage[i] = rep.Replace(`UPDATE {t} AS o` + join + ` SET o.available_at = {now}
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 AND o.available_at > {now}
+  AND o.last_failed_at >= ? AND o.topic = ? AND o.type = ?`)
+	}
 	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), {now}),
   (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
@@ -153,9 +164,9 @@ func parseTime(v any) (time.Time, error) {
 	return time.Time{}, fmt.Errorf("mysql: time of type %T", v)
 }
 
-func scanClaimed(rows *sql.Rows, extra ...any) (store.Claimed, error) {
+func scanClaimed(rows *sql.Rows, extra ...any) (store.Row, error) {
 	var (
-		c                 store.Claimed
+		c                 store.Row
 		payload, metadata []byte
 		occurred          any
 	)
@@ -170,24 +181,20 @@ func scanClaimed(rows *sql.Rows, extra ...any) (store.Claimed, error) {
 	return c, err
 }
 
-func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Claimed, error) {
-	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Claimed, error) { return scanClaimed(rows) })
+func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Row, error) {
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) { return scanClaimed(rows) })
 }
 
-func (r *relay) ClaimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Claimed, error) {
+// claimLocked claims up to limit due events in tx, locking them and skipping
+// rows others locked; the locks hold until tx ends.
+func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Row, error) {
 	return r.claim(ctx, tx, r.q.claimLocked, limit)
 }
 
-// ClaimLeased is not used: MySQL has row locks (Caps.RowLocks).
-func (r *relay) ClaimLeased(context.Context, store.Execer, int, time.Duration) ([]store.Claimed, error) {
-	return nil, fmt.Errorf("mysql: claims lock their rows; use ClaimLocked")
-}
-
-func (r *relay) Unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
-	return store.ExecSeqs(ctx, x, r.q.unlease, keys)
-}
-
-func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Claimed, error) {
+// claimOrdered returns up to limit due events of the owned partitions, in
+// insertion order, leaving out those behind an earlier event of their
+// aggregate that waits for a retry. It locks nothing.
+func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Row, error) {
 	if len(owned) == 0 {
 		return nil, nil
 	}
@@ -196,6 +203,10 @@ func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	return r.claim(ctx, x, q, args...)
 }
 
+// MarkPublished deletes published events, or with keep stamps them
+// processed; with a fence, a row only while its partition's lease is the
+// fence's (else ErrLeaseLost, after marking the rows of the partitions still
+// held).
 func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
 	q := r.q.markDelete
 	if keep {
@@ -235,7 +246,9 @@ func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) er
 	return store.CheckFence(fence, n)
 }
 
-// MarkFailed updates each row: failures are few next to publishes.
+// MarkFailed records failures, fenced as MarkPublished is, and returns the
+// database's time of the marks. It updates each row: failures are few next to
+// publishes.
 func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error) {
 	// The time read first is at or before the marks' own.
 	var raw any
@@ -277,10 +290,14 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 	return now, lost
 }
 
-func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
+func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, rec store.Recovery) (int64, error) {
+	q, more := r.q.recoverOutage[0], []any(nil)
+	if f := rec.Fence; f != nil {
+		q, more = r.q.recoverOutage[1], []any{f.Partitions, f.Instance, f.JSON()}
+	}
 	var total int64
-	for i := range topics {
-		n, err := store.Affected(ctx, x, r.q.recoverOutage, since.UTC(), topics[i], types[i])
+	for i := range rec.Topics {
+		n, err := store.Affected(ctx, x, q, append(more, rec.Since.UTC(), rec.Topics[i], rec.Types[i])...)
 		if err != nil {
 			return total, err
 		}
@@ -303,11 +320,24 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 	return s, nil
 }
 
-func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.DeadRow, error) {
+func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.Row, error) {
 	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
-func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
+// Requeue requeues id at READ COMMITTED, passing over rows relays claimed
+// instead of waiting for them.
+func (r *relay) Requeue(ctx context.Context, db store.DB, id string) (bool, error) {
+	var ok bool
+	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+		var err error
+		ok, err = r.requeue(ctx, tx, id)
+		return err
+	})
+	return ok, err
+}
+
+// requeue requeues the dead event id in x's transaction.
+func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
 	var seq int64
 	if err := store.QueryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
 		return false, nil
@@ -318,8 +348,15 @@ func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, e
 	return n > 0, err
 }
 
-func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
-	return store.Affected(ctx, x, r.q.requeueAll)
+// RequeueAll requeues at READ COMMITTED, as Requeue does.
+func (r *relay) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
+	var n int64
+	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+		var err error
+		n, err = store.Affected(ctx, tx, r.q.requeueAll)
+		return err
+	})
+	return n, err
 }
 
 // Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock
@@ -417,17 +454,16 @@ func (l leases) Leave(ctx context.Context, x store.Execer, instance string) erro
 }
 
 // scanDead reads a dead event: the claimed columns, last_error, dead_at.
-func scanDead(rows *sql.Rows) (store.DeadRow, error) {
+func scanDead(rows *sql.Rows) (store.Row, error) {
 	var (
-		d       store.DeadRow
 		lastErr sql.NullString
 		deadAt  any
 	)
-	c, err := scanClaimed(rows, &lastErr, &deadAt)
+	d, err := scanClaimed(rows, &lastErr, &deadAt)
 	if err != nil {
 		return d, err
 	}
-	d.Claimed, d.LastError = c, lastErr.String
+	d.LastError = lastErr.String
 	d.DeadAt, err = parseTime(deadAt)
 	return d, err
 }

@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"strings"
 	"time"
@@ -15,8 +16,8 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 
 type admin struct {
 	t   ident.Table
-	rel store.Relay
-	q   struct{ topics, published, retains, findDead, requeueType, purge string }
+	rel *relay
+	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, requeueType, purge string }
 }
 
 func newAdmin(t ident.Table) *admin {
@@ -33,6 +34,13 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= now() - interval '1 minute' GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL {where} ORDER BY o.dead_at, o.seq LIMIT {limit}`)
+	// Failing: pending with a failed attempt (few rows: the pending index
+	// holds the pending ones).
+	a.q.findFailing = rep.Replace(`SELECT {cols}, o.last_error, o.last_failed_at, o.available_at FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where} ORDER BY o.available_at, o.seq LIMIT {limit}`)
+	a.q.failingGroups = rep.Replace(`SELECT o.type, coalesce(o.last_error, ''), count(*), max(o.attempts), min(o.available_at), max(o.last_failed_at) FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where}
+GROUP BY o.type, coalesce(o.last_error, '') ORDER BY count(*) DESC, o.type, coalesce(o.last_error, '') LIMIT {limit}`)
 	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = $1`)
 	// The pick skips rows others locked (another operator's requeue in
 	// progress), and the DELETE checks again that each row it deletes is
@@ -54,7 +62,7 @@ func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, err
 	return ok, err
 }
 
-func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.DeadRow, error) {
+func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.Row, error) {
 	var (
 		where []string
 		args  []any
@@ -80,8 +88,46 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 	return store.Collect(ctx, x, q, args, scanDead)
 }
 
+// failing returns q (findFailing or failingGroups) for f and limit, and its
+// arguments.
+func (a *admin) failing(q string, f store.FailingFilter, limit int) (string, []any) {
+	cond, args := "", []any{}
+	if f.Type != "" {
+		cond, args = "AND o.type = $1", append(args, f.Type)
+	}
+	args = append(args, limit)
+	return strings.NewReplacer("{where}", cond, "{limit}", fmt.Sprintf("$%d", len(args))).Replace(q), args
+}
+
+func (a *admin) FindFailing(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.Row, error) {
+	q, args := a.failing(a.q.findFailing, f, limit)
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+		var (
+			lastErr  sql.NullString
+			failedAt sql.NullTime
+			next     time.Time
+		)
+		r, err := scanClaimed(rows, &lastErr, &failedAt, &next)
+		r.LastError, r.LastFailedAt, r.NextAttemptAt = lastErr.String, failedAt.Time, next
+		return r, err
+	})
+}
+
+func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.FailureGroup, error) {
+	q, args := a.failing(a.q.failingGroups, f, limit)
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.FailureGroup, error) {
+		var (
+			g        store.FailureGroup
+			failedAt sql.NullTime
+		)
+		err := rows.Scan(&g.Type, &g.LastError, &g.Events, &g.MaxAttempts, &g.NextAttemptAt, &failedAt)
+		g.LastFailedAt = failedAt.Time
+		return g, err
+	})
+}
+
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
-	return store.RequeueEach(ctx, db, nil, a.rel, ids)
+	return store.RequeueEach(ctx, db, nil, a.rel.requeue, ids)
 }
 
 func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {

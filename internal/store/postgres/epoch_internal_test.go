@@ -41,8 +41,8 @@ func TestFrontierPerTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	ev := store.Event{ID: uuid.New(), Type: "t", Version: 1, Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
-	if _, _, err := o.Insert(ctx, tx, []store.Event{ev}, false); err != nil {
+	ev := store.Row{ID: uuid.NewString(), Type: "t", Version: 1, Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
+	if _, _, err := o.Insert(ctx, tx, []store.Row{ev}, false); err != nil {
 		t.Fatal(err)
 	}
 	const held = time.Second
@@ -85,8 +85,8 @@ func TestEpochLockOncePerTransaction(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	insert := func() {
-		ev := store.Event{ID: uuid.New(), Type: "t", Version: 1, Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
-		if _, _, err := o.Insert(ctx, tx, []store.Event{ev}, false); err != nil {
+		ev := store.Row{ID: uuid.NewString(), Type: "t", Version: 1, Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
+		if _, _, err := o.Insert(ctx, tx, []store.Row{ev}, false); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -63,8 +63,11 @@ func (Driver) Name() string { return "postgres" }
 // range locks.
 func (Driver) LockingTx() *sql.TxOptions { return nil }
 
-// Caps: LISTEN/NOTIFY, FOR UPDATE SKIP LOCKED, and aborting a transaction.
-func (Driver) Caps() store.Caps { return store.Caps{Listen: true, RowLocks: true, AbortTx: true} }
+// Caps: LISTEN/NOTIFY, row locks (FOR UPDATE SKIP LOCKED), a claim position,
+// partitions, aborting a transaction, an outbox in the WAL.
+func (Driver) Caps() store.Caps {
+	return store.Caps(store.Listen | store.RowLocks | store.Position | store.Partitions | store.AbortTx | store.Messages)
+}
 
 // Quote quotes t with double quotes.
 func (Driver) Quote(t ident.Table) string { return t.Quoted() }
@@ -190,7 +193,7 @@ func (o *outbox) Check(ctx context.Context, x store.Execer) error {
 	return schema.CheckOutbox(ctx, x, o.t)
 }
 
-func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, tokens bool) (int64, map[uuid.UUID]int64, error) {
+func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, tokens bool) (int64, map[uuid.UUID]int64, error) {
 	query := o.insert[min(len(evs)-1, 1)][btoi(tokens)]
 	args := insertArgs(evs)
 	if !tokens {
@@ -237,10 +240,10 @@ func (o *outbox) insertError(err error) error {
 // insertArgs are the insert's parameters: the columns of one row, or for
 // several rows one array per column (so the statement's text, and its prepared
 // plan, never change with the number of events).
-func insertArgs(evs []store.Event) []any {
+func insertArgs(evs []store.Row) []any {
 	if len(evs) == 1 {
 		e := &evs[0]
-		return []any{e.ID.String(), e.Type, int32(e.Version), e.AggregateType, e.AggregateID, e.Topic,
+		return []any{e.ID, e.Type, int32(e.Version), e.AggregateType, e.AggregateID, e.Topic,
 			string(e.Payload), string(e.Metadata), e.OccurredAt}
 	}
 	n := len(evs)
@@ -252,7 +255,7 @@ func insertArgs(evs []store.Event) []any {
 	)
 	for i := range evs {
 		e := &evs[i]
-		ids[i], types[i], versions[i], aggTypes[i], aggIDs[i] = e.ID.String(), e.Type, int32(e.Version), e.AggregateType, e.AggregateID
+		ids[i], types[i], versions[i], aggTypes[i], aggIDs[i] = e.ID, e.Type, int32(e.Version), e.AggregateType, e.AggregateID
 		topics[i], payloads[i], metadata[i], occurred[i] = e.Topic, string(e.Payload), string(e.Metadata), e.OccurredAt
 	}
 	return []any{ids, types, versions, aggTypes, aggIDs, topics, payloads, metadata, occurred}

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"strings"
 	"time"
 
@@ -14,8 +15,8 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 
 type admin struct {
 	t   ident.Table
-	rel store.Relay
-	q   struct{ topics, published, retains, findDead, requeueType, purge string }
+	rel *relay
+	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, requeueType, purge string }
 }
 
 func newAdmin(t ident.Table) *admin {
@@ -32,6 +33,13 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= {now} - 60000000 GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL {where} ORDER BY dead_at, seq LIMIT ?`)
+	// Failing: pending with a failed attempt. A row a relay has leased has
+	// its lease's end as available_at, the next attempt should it not mark.
+	a.q.findFailing = rep.Replace(`SELECT {cols}, last_error, last_failed_at, available_at FROM {t}
+WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 {where} ORDER BY available_at, seq LIMIT ?`)
+	a.q.failingGroups = rep.Replace(`SELECT type, coalesce(last_error, ''), count(*), max(attempts), min(available_at), max(last_failed_at) FROM {t}
+WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 {where}
+GROUP BY type, coalesce(last_error, '') ORDER BY count(*) DESC, type, coalesce(last_error, '') LIMIT ?`)
 	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = ?`)
 	// The DELETE checks again that each row it deletes is dead for that
 	// long, as on the other databases (SQLite's single writer runs the
@@ -50,7 +58,7 @@ func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, err
 	return ok, err
 }
 
-func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.DeadRow, error) {
+func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter, limit int) ([]store.Row, error) {
 	var (
 		where []string
 		args  []any
@@ -74,8 +82,60 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 	return store.Collect(ctx, x, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit), scanDead)
 }
 
+// failing returns q (findFailing or failingGroups) for f and limit, and its
+// arguments.
+func (a *admin) failing(q string, f store.FailingFilter, limit int) (string, []any) {
+	cond, args := "", []any{}
+	if f.Type != "" {
+		cond, args = "AND type = ?", append(args, f.Type)
+	}
+	return strings.Replace(q, "{where}", cond, 1), append(args, limit)
+}
+
+func (a *admin) FindFailing(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.Row, error) {
+	q, args := a.failing(a.q.findFailing, f, limit)
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+		var (
+			r                 store.Row
+			payload, metadata string
+			occurred, next    int64
+			failedAt          sql.NullInt64
+			lastErr           sql.NullString
+		)
+		if err := rows.Scan(&r.ID, &r.Type, &r.Version, &r.AggregateType, &r.AggregateID, &r.Topic, &payload, &metadata,
+			&occurred, &r.Attempts, &r.Strikes, &lastErr, &failedAt, &next); err != nil {
+			return r, err
+		}
+		r.Payload, r.Metadata, r.LastError = []byte(payload), []byte(metadata), lastErr.String
+		r.OccurredAt, r.NextAttemptAt = time.UnixMicro(occurred).UTC(), time.UnixMicro(next).UTC()
+		if failedAt.Valid {
+			r.LastFailedAt = time.UnixMicro(failedAt.Int64).UTC()
+		}
+		return r, nil
+	})
+}
+
+func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.FailureGroup, error) {
+	q, args := a.failing(a.q.failingGroups, f, limit)
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.FailureGroup, error) {
+		var (
+			g        store.FailureGroup
+			next     int64
+			failedAt sql.NullInt64
+		)
+		if err := rows.Scan(&g.Type, &g.LastError, &g.Events, &g.MaxAttempts, &next, &failedAt); err != nil {
+			return g, err
+		}
+		g.NextAttemptAt = time.UnixMicro(next).UTC()
+		if failedAt.Valid {
+			g.LastFailedAt = time.UnixMicro(failedAt.Int64).UTC()
+		}
+		return g, nil
+	})
+}
+
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
-	return store.RequeueEach(ctx, db, nil, a.rel, ids)
+	return store.RequeueEach(ctx, db, nil, a.rel.requeue, ids)
 }
 
 func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -16,22 +15,32 @@ import (
 // Relay returns the relay's operations on the outbox table t.
 func (Driver) Relay(t ident.Table) store.Relay { return newRelay(t) }
 
-// Waker returns nil: SQLite has no LISTEN/NOTIFY. Relays in other processes
-// find events by polling (Config.PollInterval); within one process, Notify is a
-// relay's Wake.
-func (Driver) Waker() store.Waker { return nil }
+// Waker returns store.NoWaker: SQLite has no LISTEN/NOTIFY. Relays in other
+// processes find events by polling (Config.PollInterval); within one process,
+// Notify is a relay's Wake.
+func (Driver) Waker() store.Waker { return store.NoWaker{} }
+
+// WALOutbox returns store.ErrNotSupported: the outbox is a table here.
+func (Driver) WALOutbox(string) (store.Outbox, error) { return nil, store.ErrNotSupported }
 
 const pending = `processed_at IS NULL AND dead_at IS NULL`
 
 const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`
 
-// requeueSet makes a dead event pending again (Requeue, RequeueAll and the admin's requeues).
-const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now
+// requeueSet makes a dead event pending again (Requeue, RequeueAll and the
+// admin's requeues). created_at is reset too: the oldest pending age (Stats,
+// the admin's Topics) counts from the requeue, not from the first insert, or a
+// requeued event would make the outbox unhealthy at once. Nothing else reads
+// created_at (the partitioned outbox is partitioned by occurred_at, which is
+// kept).
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
 
 type relay struct {
-	t ident.Table
-	q struct {
-		dueLeased, claimLeased, claimOrdered, recoverOutage, stats, dead, requeue, requeueAll, cleanup, fenceHeld string
+	store.Unpositioned // no claim position, no partitions
+	t                  ident.Table
+	q                  struct {
+		dueLeased, claimLeased, claimOrdered, stats, dead, requeue, requeueAll, cleanup, fenceHeld string
+		recoverOutage                                                                              [2]string // [unfenced, fenced]
 		// by fencing: [none, the claim's lease, the partition leases]
 		markDelete, markProcessed, markFailed [3]string
 		unlease                               string
@@ -95,8 +104,10 @@ WHERE {pending} AND ` + byLease)
   dead_at = CASE WHEN ? THEN ? END
 WHERE id = ? AND {pending}` + where)
 	}
-	q.recoverOutage = rep.Replace(`UPDATE {t} SET available_at = {now}
-WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?`)
+	for i, where := range [2]string{``, ` AND ` + fenced} {
+		q.recoverOutage[i] = rep.Replace(`UPDATE {t} SET available_at = {now}
+WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?` + where)
+	}
 	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min(created_at),
   (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
@@ -133,10 +144,10 @@ func anys[T any](xs []T) []any {
 
 // claim runs the claim q and returns its rows in seq order, or in the order of
 // rank (by seq) when given; leased: q returns the lease it set last.
-func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased bool, q string, args ...any) ([]store.Claimed, error) {
-	out, err := store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Claimed, error) {
+func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased bool, q string, args ...any) ([]store.Row, error) {
+	out, err := store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var (
-			c                 store.Claimed
+			c                 store.Row
 			payload, metadata string
 			occurred          int64
 		)
@@ -153,7 +164,7 @@ func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, l
 		return nil, err
 	}
 	// RETURNING yields rows in no promised order.
-	slices.SortFunc(out, func(a, b store.Claimed) int {
+	slices.SortFunc(out, func(a, b store.Row) int {
 		if rank != nil {
 			return rank[a.Seq] - rank[b.Seq]
 		}
@@ -162,12 +173,10 @@ func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, l
 	return out, nil
 }
 
-// ClaimLocked is not available: SQLite has no row locks (Caps.RowLocks).
-func (r *relay) ClaimLocked(context.Context, store.Execer, int) ([]store.Claimed, error) {
-	return nil, errors.New("sqlite: no row locks; claim with ClaimLeased")
-}
-
-func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Claimed, error) {
+// claimLeased claims up to limit due events by moving their available_at
+// lease ahead, in a statement of its own: nobody else claims them until then,
+// and a relay that dies leaves them to be claimed again when the lease ends.
+func (r *relay) claimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Row, error) {
 	due, err := store.Column[int64](ctx, x, r.q.dueLeased, limit)
 	if err != nil || len(due) == 0 {
 		return nil, err
@@ -179,17 +188,20 @@ func (r *relay) ClaimLeased(ctx context.Context, x store.Execer, limit int, leas
 	return r.claim(ctx, x, rank, true, r.q.claimLeased, lease.Microseconds(), store.JSONInts(due))
 }
 
-// Unlease makes the rows due again at about the time they were due before
+// unlease makes the rows due again at about the time they were due before
 // the claim (their insert, or their last failure: the lease overwrote the
 // exact time), not now: else rows a batch had no time for would go behind
 // the events that failed in it, and again every batch, never tried while a
 // failing event comes first (the other databases release such rows
 // untouched). Only rows that still hold the claim's lease.
-func (r *relay) Unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
+func (r *relay) unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
 	return store.ExecSeqLeases(ctx, x, r.q.unlease, keys)
 }
 
-func (r *relay) ClaimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Claimed, error) {
+// claimOrdered returns up to limit due events of the owned partitions, in
+// insertion order, leaving out those behind an earlier event of their
+// aggregate that waits for a retry.
+func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Row, error) {
 	if len(owned) == 0 {
 		return nil, nil
 	}
@@ -220,6 +232,10 @@ func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) er
 	return store.CheckFence(fence, n)
 }
 
+// MarkPublished deletes published events, or with keep stamps them
+// processed: a key with a Lease only while its row holds that lease; with a
+// fence, a row only while its partition's lease is the fence's (else
+// ErrLeaseLost, after marking the rows of the partitions still held).
 func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
 	if len(keys) == 0 {
 		return nil
@@ -245,7 +261,9 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 	}
 }
 
-// MarkFailed updates each row: failures are few next to publishes.
+// MarkFailed records failures, fenced as MarkPublished is, and returns
+// the time of the marks. It updates each row: failures are few next to
+// publishes.
 func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error) {
 	now := time.Now().UTC()
 	us := now.UnixMicro()
@@ -276,10 +294,14 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 	return now, nil
 }
 
-func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, since time.Time, topics, types []string) (int64, error) {
+func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, rec store.Recovery) (int64, error) {
+	q, more := r.q.recoverOutage[0], []any(nil)
+	if rec.Fence != nil {
+		q, more = r.q.recoverOutage[1], []any{rec.Fence.Partitions, rec.Fence.JSON(), rec.Fence.Instance}
+	}
 	var total int64
-	for i := range topics {
-		n, err := store.Affected(ctx, x, r.q.recoverOutage, since.UnixMicro(), topics[i], types[i])
+	for i := range rec.Topics {
+		n, err := store.Affected(ctx, x, q, append([]any{rec.Since.UnixMicro(), rec.Topics[i], rec.Types[i]}, more...)...)
 		if err != nil {
 			return total, err
 		}
@@ -309,17 +331,22 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 	return s, rows.Err()
 }
 
-func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.DeadRow, error) {
+func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.Row, error) {
 	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
-func (r *relay) Requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
+func (r *relay) Requeue(ctx context.Context, db store.DB, id string) (bool, error) {
+	return r.requeue(ctx, db, id)
+}
+
+// requeue requeues the dead event id in x's transaction.
+func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
 	n, err := store.Affected(ctx, x, r.q.requeue, id)
 	return n > 0, err
 }
 
-func (r *relay) RequeueAll(ctx context.Context, x store.Execer) (int64, error) {
-	return store.Affected(ctx, x, r.q.requeueAll)
+func (r *relay) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
+	return store.Affected(ctx, db, r.q.requeueAll)
 }
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
@@ -388,9 +415,9 @@ func (l leases) Leave(ctx context.Context, x store.Execer, instance string) erro
 }
 
 // scanDead reads a dead event: the claimed columns, last_error, dead_at.
-func scanDead(rows *sql.Rows) (store.DeadRow, error) {
+func scanDead(rows *sql.Rows) (store.Row, error) {
 	var (
-		d                 store.DeadRow
+		d                 store.Row
 		payload, metadata string
 		occurred, deadAt  int64
 		lastErr           sql.NullString

@@ -4,10 +4,12 @@
 //
 // SQLite has one writer at a time and no row locks. Herald relies on that: a
 // write transaction must take the write lock when it begins (BEGIN IMMEDIATE:
-// the modernc driver's _txlock=immediate), so that writers queue on the busy
-// timeout instead of failing with SQLITE_BUSY when a deferred transaction's
-// snapshot went stale; then the writers of one aggregate are serialized with no
-// lock of Herald's own. Times are UTC unix microseconds in INTEGER columns.
+// the drivers' _txlock=immediate), so that writers queue on the busy timeout
+// instead of failing with SQLITE_BUSY when a deferred transaction's snapshot
+// went stale; then the writers of one aggregate are serialized with no lock of
+// Herald's own. DSN is the DSN with those settings and WAL, which
+// internal/drivers checks a connection for (outboxhook.ErrSQLiteSettings).
+// Times are UTC unix microseconds in INTEGER columns.
 package sqlite
 
 import (
@@ -46,8 +48,9 @@ var _ store.Driver = Driver{}
 // Name returns "sqlite".
 func (Driver) Name() string { return "sqlite" }
 
-// Caps: none of LISTEN/NOTIFY, row locks, or aborting a transaction.
-func (Driver) Caps() store.Caps { return store.Caps{} }
+// Caps: none (no LISTEN/NOTIFY, no row locks: claims lease their rows; no
+// claim position, no partitions).
+func (Driver) Caps() store.Caps { return 0 }
 
 // LockingTx returns nil: SQLite has one writer at a time and no row locks;
 // its claims lease rows in a statement of their own.
@@ -138,7 +141,7 @@ const maxRows = 1000
 // Insert inserts evs with multi-row VALUES, leaving rows whose id exists
 // alone. SQLite has no transaction ids: tokens are not returned; Settle looks
 // the rows up instead.
-func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, _ bool) (int64, map[uuid.UUID]int64, error) {
+func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, _ bool) (int64, map[uuid.UUID]int64, error) {
 	var total int64
 	for len(evs) > 0 {
 		chunk := evs[:min(len(evs), maxRows)]
@@ -152,7 +155,7 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Event, 
 				b.WriteString(", ")
 			}
 			b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
-			args = append(args, e.ID.String(), e.Type, e.Version, e.AggregateType, e.AggregateID, PartKey(e.ID.String(), e.AggregateType, e.AggregateID),
+			args = append(args, e.ID, e.Type, e.Version, e.AggregateType, e.AggregateID, PartKey(e.ID, e.AggregateType, e.AggregateID),
 				e.Topic, string(e.Payload), string(e.Metadata), e.OccurredAt.UnixMicro())
 		}
 		b.WriteString(` ON CONFLICT (id) DO NOTHING`)

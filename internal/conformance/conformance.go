@@ -1,0 +1,54 @@
+// Package conformance is Herald's conformance suite: the behaviour every
+// storage implementation must show, run through the public API (outboxhook,
+// relay, inbox, admin) against a real database. It sits above every package
+// it tests, outside the storage package (whose drivers it reaches through the
+// public API only), and runs itself on every database testkit knows
+// (conformance_test.go), as TestConformance/<database>/<area>/<name>:
+//
+//	go test ./internal/conformance -run 'TestConformance/sqlite/relay/'
+//
+// The drivers' own methods are exercised one by one by the driver-level
+// suite, internal/store/drivertest, which each driver's package runs.
+//
+// It covers write-path atomicity in every GORM path the README lists (rollbacks,
+// savepoints, Save's fallback insert, retries, caller-opened transactions),
+// exactly-once writes, bad input, the relay's claims shared between instances,
+// backoff and death, requeue, ordered leases and takeover, cleanup, the
+// operator's requeues and purges racing each other and the relays' claims,
+// and the inbox's deduplication under concurrent duplicates. Models:
+// riverqueue/river's riverdrivertest, Watermill's pubsub/tests.
+package conformance
+
+import (
+	"testing"
+
+	"github.com/heraldgo/herald/internal/testkit"
+)
+
+type namedTest struct {
+	name string
+	f    func(t *testing.T, d testkit.Dialect)
+}
+
+// Run runs the whole suite against d, each test in parallel on a database of
+// its own.
+func Run(t *testing.T, d testkit.Dialect) {
+	for _, group := range []struct {
+		name  string
+		tests []namedTest
+	}{
+		{"write", writeTests},
+		{"inbox", inboxTests},
+		{"relay", relayTests},
+		{"admin", adminTests},
+	} {
+		t.Run(group.name, func(t *testing.T) {
+			for _, tc := range group.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.f(t, d)
+				})
+			}
+		})
+	}
+}

@@ -1,0 +1,41 @@
+// Package store is Herald's storage seam: every statement the write path, the
+// relay and the inbox send to a database goes through the interfaces here, and
+// each database has one implementation holding all of its SQL (packages
+// postgres, sqlite and mysql below this one). The implementation is picked from
+// the *gorm.DB's dialector (package drivers). The driver-level suite
+// (package drivertest) calls each driver's methods directly, and the
+// conformance suite (internal/conformance, above every package it tests)
+// runs the same behaviour through the public API against each database.
+//
+// The operations are named after what they do for the outbox, not after SQL:
+// insert events, settle earlier writes, lock aggregates, claim, mark, lease,
+// clean up, notify. Each takes the Execer to run on (a pool, a transaction, a
+// connection), so the caller decides the transaction; a claim is the
+// exception: Relay.Claim takes the pool and returns a Batch that owns the
+// transaction of its marks, since how a batch holds its rows (row locks kept
+// in a transaction, a lease, nothing in ordered mode) is the database's
+// choice, and so is what the driver keeps from it (PostgreSQL's claim
+// position).
+//
+// What a database cannot do is declared once, in Driver.Caps (a set of
+// Capability values), and an operation it cannot do returns ErrNotSupported.
+//
+// # Adding a database
+//
+// A fourth database is one new folder here and a line in package drivers:
+//
+//   - internal/store/<db>/: a Driver (Outbox, Inbox, Relay with its Claim and
+//     Batch, Admin, Leases, Waker or NoWaker, WALOutbox or ErrNotSupported,
+//     TestSQL), its numbered
+//     migrations (migrations/NNNN_name.up.sql and .down.sql, append-only, with
+//     the "-- herald:" comments migrate.go reads), and a driver_test.go that
+//     runs drivertest.Run with a harness opening an isolated database;
+//   - internal/drivers: the driver in the list of supported databases (and,
+//     where the database needs a connection setting, a check in Check);
+//   - internal/testkit: its Dialect, the entry of the test matrix (how a test
+//     gets a database of its own), which runs the conformance suite on it.
+//
+// The packages above (outboxhook, relay, inbox, admin) name no database;
+// migrations finds the new database's files by name (ForDatabase), and may
+// give them an accessor of their own beside Postgres, SQLite and MySQL.
+package store

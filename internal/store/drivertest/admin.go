@@ -1,0 +1,253 @@
+package drivertest
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/heraldgo/herald/internal/store"
+)
+
+var adminTests = []test{
+	{"Topics", testAdminTopics},
+	{"FindDeadFilters", testAdminFindDead},
+	{"RequeueIDsAllOrNone", testAdminRequeueIDs},
+	{"RequeueTypeAndAll", testAdminRequeueTypeAndAll},
+	{"PurgeDeadOnlyOldDead", testAdminPurgeDead},
+	{"FailingListAndGroups", testAdminFailing},
+	{"RequeueResetsAge", testAdminRequeueAge},
+}
+
+func (e *env) admin() store.Admin { return e.drv.Admin(e.table) }
+
+// Topics gives each topic's pending, failing and dead counts, its oldest
+// pending age and its events published within the last minute (kept by the
+// retention), in topic order; RetainsPublished says whether any is kept.
+func testAdminTopics(t *testing.T, e *env) {
+	ad := e.admin()
+	keeps, err := ad.RetainsPublished(e.ctx, e.db)
+	must(t, err)
+	if keeps {
+		t.Fatal("RetainsPublished = true on an empty outbox")
+	}
+	orders := evIDs(e.insert("orders", "a", 3))
+	pays := evIDs(e.insert("payments", "b", 2))
+	e.stamp(orders[0], "created_at", time.Hour)
+	e.exec(`UPDATE `+e.q()+` SET attempts = 1 WHERE id = ?`, orders[1])
+	e.kill(pays[0], 0, "boom")
+	e.stamp(pays[1], "processed_at", 0)
+	if keeps, err = ad.RetainsPublished(e.ctx, e.db); err != nil || !keeps {
+		t.Fatalf("RetainsPublished = %v, %v with a processed row kept", keeps, err)
+	}
+	ts, err := ad.Topics(e.ctx, e.db)
+	must(t, err)
+	if len(ts) != 2 || ts[0].Topic != "orders" || ts[1].Topic != "payments" {
+		t.Fatalf("Topics = %+v, want orders then payments", ts)
+	}
+	o, p := ts[0], ts[1]
+	if o.Pending != 3 || o.Failing != 1 || o.Dead != 0 || o.OldestPending < 59*time.Minute || o.PublishedLastMinute != 0 {
+		t.Fatalf("orders: %+v", o)
+	}
+	if p.Pending != 0 || p.Dead != 1 || p.OldestPending != 0 || p.PublishedLastMinute != 1 {
+		t.Fatalf("payments: %+v", p)
+	}
+}
+
+// FindDead picks dead events by ids, type and age of death (ANDed), oldest
+// death first, up to limit; the zero filter picks every dead event.
+func testAdminFindDead(t *testing.T, e *env) {
+	a := evIDs(e.insert("a.failed", "x", 3))
+	b := evIDs(e.insert("b.failed", "y", 1))
+	e.kill(a[0], 3*time.Hour, "e")
+	e.kill(a[1], time.Minute, "e")
+	e.kill(b[0], 2*time.Hour, "e")
+	find := func(f store.DeadFilter, limit int) []string {
+		t.Helper()
+		rows, err := e.admin().FindDead(e.ctx, e.db, f, limit)
+		must(t, err)
+		out := make([]string, len(rows))
+		for i, r := range rows {
+			out[i] = r.ID
+		}
+		return out
+	}
+	sameIDs(t, "every dead event", find(store.DeadFilter{}, 10), []string{a[0], b[0], a[1]})
+	sameIDs(t, "limit 1", find(store.DeadFilter{}, 1), []string{a[0]})
+	sameIDs(t, "by type", find(store.DeadFilter{Type: "a.failed"}, 10), []string{a[0], a[1]})
+	sameIDs(t, "older than an hour", find(store.DeadFilter{OlderThan: time.Hour}, 10), []string{a[0], b[0]})
+	sameIDs(t, "by ids", find(store.DeadFilter{IDs: []string{a[1], a[2], b[0]}}, 10), []string{b[0], a[1]})
+	sameIDs(t, "ids, type and age", find(store.DeadFilter{IDs: []string{a[0], a[1]}, Type: "a.failed", OlderThan: time.Hour}, 10), []string{a[0]})
+}
+
+// RequeueIDs requeues all the ids or, when one is not a dead event, none,
+// and returns those.
+func testAdminRequeueIDs(t *testing.T, e *env) {
+	evs := evIDs(e.insert("t", "a", 3))
+	e.kill(evs[0], time.Hour, "e")
+	e.kill(evs[1], time.Hour, "e")
+	notDead, err := e.admin().RequeueIDs(e.ctx, e.db, []string{evs[0], evs[2]})
+	must(t, err)
+	sameIDs(t, "not dead", notDead, []string{evs[2]})
+	if r := e.row(evs[0]); !r.dead {
+		t.Fatal("RequeueIDs requeued some of its ids though one was not dead")
+	}
+	notDead, err = e.admin().RequeueIDs(e.ctx, e.db, []string{evs[0], evs[1]})
+	must(t, err)
+	if len(notDead) != 0 {
+		t.Fatalf("not dead = %v", notDead)
+	}
+	for _, id := range evs[:2] {
+		if r := e.row(id); r.dead || r.attempts != 0 {
+			t.Fatalf("requeued row %s: %+v", id, r)
+		}
+	}
+}
+
+// RequeueType requeues the dead events of one type; RequeueAll every dead
+// event; both count what they requeued.
+func testAdminRequeueTypeAndAll(t *testing.T, e *env) {
+	a := evIDs(e.insert("a.failed", "x", 2))
+	b := evIDs(e.insert("b.failed", "y", 2))
+	for _, id := range slices.Concat(a, b[:1]) {
+		e.kill(id, time.Hour, "e")
+	}
+	n, err := e.admin().RequeueType(e.ctx, e.db, "a.failed")
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("RequeueType = %d, want 2", n)
+	}
+	if r := e.row(b[0]); !r.dead {
+		t.Fatal("RequeueType requeued another type")
+	}
+	n, err = e.admin().RequeueAll(e.ctx, e.db)
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("RequeueAll = %d, want 1", n)
+	}
+	s, err := e.rel.Stats(e.ctx, e.db)
+	must(t, err)
+	if s.Dead != 0 || s.Pending != 4 {
+		t.Fatalf("Stats after the requeues = %+v", s)
+	}
+}
+
+// PurgeDead deletes up to limit events dead for longer than olderThan, and
+// never pending or processed ones.
+func testAdminPurgeDead(t *testing.T, e *env) {
+	evs := evIDs(e.insert("t", "a", 6))
+	for _, id := range evs[:3] {
+		e.kill(id, 2*time.Hour, "e")
+	}
+	e.kill(evs[3], time.Minute, "e")
+	e.stamp(evs[4], "processed_at", 3*time.Hour)
+	n, err := e.admin().PurgeDead(e.ctx, e.db, time.Hour, 2)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("PurgeDead with limit 2 = %d, want 2", n)
+	}
+	n, err = e.admin().PurgeDead(e.ctx, e.db, time.Hour, 100)
+	must(t, err)
+	if n != 1 {
+		t.Fatalf("second PurgeDead = %d, want 1", n)
+	}
+	for i, want := range []bool{false, false, false, true, true, true} {
+		if r := e.row(evs[i]); r.found != want {
+			t.Fatalf("row %d after PurgeDead: found %v, want %v", i, r.found, want)
+		}
+	}
+}
+
+// FindFailing lists the pending events with a failed attempt, soonest next
+// attempt first, with their last error, last failure and next attempt, by
+// type, up to limit; FailingGroups groups them by type and last error, the
+// largest group first. Dead, published and never-failed events are not
+// failing.
+func testAdminFailing(t *testing.T, e *env) {
+	a := evIDs(e.insert("a.failed", "x", 4))
+	b := evIDs(e.insert("b.failed", "y", 2))
+	fail := func(id string, attempts int, lastErr string, due time.Duration) {
+		e.exec(`UPDATE `+e.q()+` SET attempts = ?, last_error = ? WHERE id = ?`, attempts, lastErr, id)
+		e.stamp(id, "last_failed_at", time.Minute)
+		e.stamp(id, "available_at", -due)
+	}
+	fail(a[0], 3, "timeout", 3*time.Minute)
+	fail(a[1], 1, "timeout", time.Minute)
+	fail(a[2], 2, "refused", 2*time.Minute)
+	fail(b[0], 1, "timeout", 4*time.Minute)
+	fail(b[1], 1, "timeout", 0)
+	e.kill(b[1], 0, "timeout")
+	e.exec(`UPDATE `+e.q()+` SET attempts = 1 WHERE id = ?`, a[3])
+	e.stamp(a[3], "processed_at", 0)
+	ad := e.admin()
+	find := func(f store.FailingFilter, limit int) []string {
+		t.Helper()
+		rows, err := ad.FindFailing(e.ctx, e.db, f, limit)
+		must(t, err)
+		out := make([]string, len(rows))
+		for i, r := range rows {
+			out[i] = r.ID
+			if r.LastError == "" || r.LastFailedAt.IsZero() || r.NextAttemptAt.IsZero() || r.Attempts == 0 {
+				t.Fatalf("failing row %+v lacks its failure", r)
+			}
+		}
+		return out
+	}
+	sameIDs(t, "every failing event", find(store.FailingFilter{}, 10), []string{a[1], a[2], a[0], b[0]})
+	sameIDs(t, "limit 1", find(store.FailingFilter{}, 1), []string{a[1]})
+	sameIDs(t, "by type", find(store.FailingFilter{Type: "b.failed"}, 10), []string{b[0]})
+	rows, err := ad.FindFailing(e.ctx, e.db, store.FailingFilter{Type: "a.failed"}, 1)
+	must(t, err)
+	if r := rows[0]; r.Attempts != 1 || r.LastError != "timeout" || time.Until(r.NextAttemptAt) < 30*time.Second ||
+		time.Until(r.NextAttemptAt) > 2*time.Minute || time.Since(r.LastFailedAt) < 30*time.Second || time.Since(r.LastFailedAt) > 2*time.Minute {
+		t.Fatalf("failing row %+v", r)
+	}
+
+	gs, err := ad.FailingGroups(e.ctx, e.db, store.FailingFilter{}, 10)
+	must(t, err)
+	if len(gs) != 3 {
+		t.Fatalf("FailingGroups = %+v, want 3 groups", gs)
+	}
+	if g := gs[0]; g.Type != "a.failed" || g.LastError != "timeout" || g.Events != 2 || g.MaxAttempts != 3 ||
+		time.Until(g.NextAttemptAt) > 2*time.Minute || g.LastFailedAt.IsZero() {
+		t.Fatalf("largest group %+v", g)
+	}
+	if g := gs[1]; g.Type != "a.failed" || g.LastError != "refused" || g.Events != 1 {
+		t.Fatalf("second group %+v", g)
+	}
+	if g := gs[2]; g.Type != "b.failed" || g.LastError != "timeout" || g.Events != 1 {
+		t.Fatalf("third group %+v", g)
+	}
+	if gs, err := ad.FailingGroups(e.ctx, e.db, store.FailingFilter{Type: "b.failed"}, 10); err != nil || len(gs) != 1 {
+		t.Fatalf("FailingGroups by type = %+v, %v", gs, err)
+	}
+	if gs, err := ad.FailingGroups(e.ctx, e.db, store.FailingFilter{}, 1); err != nil || len(gs) != 1 || gs[0].Events != 2 {
+		t.Fatalf("FailingGroups limit 1 = %+v, %v", gs, err)
+	}
+}
+
+// Every requeue (by ids, by type, all) counts the requeued event's age from
+// the requeue: Topics' oldest pending age is not its first insert's.
+func testAdminRequeueAge(t *testing.T, e *env) {
+	ids := evIDs(e.insert("a.failed", "x", 3))
+	for _, id := range ids {
+		e.stamp(id, "created_at", 48*time.Hour)
+		e.kill(id, time.Hour, "boom")
+	}
+	ad := e.admin()
+	_, err := ad.RequeueIDs(e.ctx, e.db, ids[:1])
+	must(t, err)
+	_, err = ad.RequeueType(e.ctx, e.db, "a.failed")
+	must(t, err)
+	ts, err := ad.Topics(e.ctx, e.db)
+	must(t, err)
+	if len(ts) != 1 || ts[0].Pending != 3 || ts[0].OldestPending > time.Minute {
+		t.Fatalf("Topics after the requeues = %+v; want 3 pending, a moment old", ts)
+	}
+	e.kill(ids[0], 0, "boom")
+	e.stamp(ids[0], "created_at", 48*time.Hour)
+	_, err = ad.RequeueAll(e.ctx, e.db)
+	must(t, err)
+	if ts, err = ad.Topics(e.ctx, e.db); err != nil || ts[0].OldestPending > time.Minute {
+		t.Fatalf("Topics after RequeueAll = %+v, %v", ts, err)
+	}
+}

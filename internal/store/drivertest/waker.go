@@ -1,0 +1,72 @@
+package drivertest
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/heraldgo/herald/internal/store"
+)
+
+var wakerTests = []test{
+	{"DeclaredByCaps", testWakerDeclared},
+	{"ListenWakesOnNotify", testWakerListenNotify},
+}
+
+// A driver without Listen says so: its Waker's methods return
+// store.ErrNotSupported.
+func testWakerDeclared(t *testing.T, e *env) {
+	if e.drv.Caps().Has(store.Listen) {
+		t.Skip("the driver has cross-process wake-ups (store.Listen)")
+	}
+	if err := e.drv.Waker().Notify(e.ctx, e.db, "herald_drivertest"); !errors.Is(err, store.ErrNotSupported) {
+		t.Fatalf("Notify without Listen = %v, want store.ErrNotSupported", err)
+	}
+	if err := e.drv.Waker().Listen(e.ctx, e.db, "herald_drivertest", func() {}); !errors.Is(err, store.ErrNotSupported) {
+		t.Fatalf("Listen without Listen = %v, want store.ErrNotSupported", err)
+	}
+}
+
+// Listen calls wake once when it listens, then once per Notify on its
+// channel (not on another), until its context ends.
+func testWakerListenNotify(t *testing.T, e *env) {
+	if !e.drv.Caps().Has(store.Listen) {
+		t.Skip("the driver has no cross-process wake-ups (store.Listen)")
+	}
+	w := e.drv.Waker()
+	ctx, cancel := context.WithCancel(e.ctx)
+	woken := make(chan struct{}, 16)
+	ended := make(chan error, 1)
+	go func() {
+		ended <- w.Listen(ctx, e.db, "herald_drivertest", func() { woken <- struct{}{} })
+	}()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-woken:
+		case err := <-ended:
+			t.Fatalf("Listen ended before %s: %v", what, err)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no wake-up: %s", what)
+		}
+	}
+	wait("listening")
+	must(t, w.Notify(e.ctx, e.db, "herald_drivertest_other"))
+	must(t, w.Notify(e.ctx, e.db, "herald_drivertest"))
+	wait("the Notify")
+	select {
+	case <-woken:
+		t.Fatal("woken by a Notify on another channel, or twice by one")
+	case <-time.After(300 * time.Millisecond):
+	}
+	cancel()
+	select {
+	case err := <-ended:
+		if err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Listen ended with its context: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Listen did not end with its context")
+	}
+}

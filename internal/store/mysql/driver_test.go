@@ -1,0 +1,24 @@
+package mysql_test
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/heraldgo/herald/internal/mysqltest"
+	"github.com/heraldgo/herald/internal/store/drivertest"
+	"github.com/heraldgo/herald/internal/store/mysql"
+)
+
+// TestDriver runs the driver-level suite on MySQL/MariaDB, a database per
+// test.
+func TestDriver(t *testing.T) {
+	drivertest.Run(t, drivertest.Harness{Driver: mysql.Driver{}, Open: func(t testing.TB) *sql.DB {
+		t.Helper()
+		db, err := sql.Open("mysql", mysqltest.Database(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}})
+}

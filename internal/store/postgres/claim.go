@@ -1,0 +1,245 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// claimQueries are the claims' statements, and the probe's.
+type claimQueries struct {
+	locked, ordered [2]string // by [frontier check]
+	probe           string
+}
+
+func newClaimQueries(t ident.Table, rep *strings.Replacer) claimQueries {
+	var q claimQueries
+	frontier := [2]string{`NULL::timestamptz`, frontierSQL(t)}
+	// The last seq taken, where the role may read the sequence (NULL
+	// otherwise): every seq up to it was taken before the clock read after it,
+	// and the frontier, read after both, may settle it.
+	lastSeq := [2]string{`NULL::bigint`, `(SELECT CASE WHEN has_sequence_privilege(s.oid, 'SELECT,USAGE') THEN pg_sequence_last_value(s.oid) END
+      FROM (SELECT pg_get_serial_sequence(` + quoteLiteral(t.Quoted()) + `, 'seq')::regclass AS oid) s)`}
+	for check := range 2 {
+		fr := strings.NewReplacer("{frontier}", frontier[check], "{lastseq}", lastSeq[check])
+		// The pending index (available_at, id) serves this scan in order, from
+		// the position ($2, $3; the head when NULL) instead of the head, where
+		// the index entries of published rows lie until vacuum removes them;
+		// locked rows are skipped, so instances share the work. The one row of
+		// m comes back even when nothing is claimed (c's columns NULL).
+		q.locked[check] = fr.Replace(rep.Replace(`SELECT m.dbnow, m.frontier, c.* FROM
+  (SELECT now() AS dbnow, {frontier} AS frontier, set_config('synchronous_commit', 'off', true) AS herald_async) m
+LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+    AND (o.available_at, o.id) >= (coalesce($2::timestamptz, '-infinity'), coalesce($3::uuid, '00000000-0000-0000-0000-000000000000'))
+  ORDER BY o.available_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED) c ON true`))
+		// Only this instance reads its partitions, so no row locks. An event is
+		// due unless an earlier event of its aggregate waits for a retry
+		// ("blocked", usually few rows). As an anti-join, not a NOT EXISTS per
+		// row: the per-row subplan made the planner's estimate big enough to
+		// JIT-compile every claim (200 ms each) once the backlog grew. The scan
+		// of the ordered index (seq) starts at the partitions' position ($4);
+		// "waiting" is where and when the earliest of their events waiting for
+		// a retry is, for the claim that will have to start there.
+		q.ordered[check] = fr.Replace(rep.Replace(`WITH blocked AS MATERIALIZED (
+  SELECT aggregate_type, aggregate_id, min(seq) AS seq FROM {t}
+  WHERE {pending} AND available_at > now() AND aggregate_id <> ''
+  GROUP BY aggregate_type, aggregate_id),
+waiting AS MATERIALIZED (
+  SELECT min(o.seq) AS seq, min(o.available_at) AS at FROM {t} o
+  WHERE {pending} AND o.available_at > now() AND {part} = ANY($3::int[]))
+SELECT m.dbnow, m.frontier, m.lastseq, m.clock, w.seq, w.at, c.* FROM
+  (SELECT now() AS dbnow, l.lastseq, l.clock, {frontier} AS frontier
+   FROM (SELECT {lastseq} AS lastseq, clock_timestamp() AS clock) l) m
+  CROSS JOIN waiting w
+LEFT JOIN LATERAL (SELECT {cols}, o.seq, p.part FROM {t} o, LATERAL (SELECT {part} AS part) p
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+    AND o.seq >= $4::bigint
+    AND p.part = ANY($3::int[])
+    AND NOT EXISTS (SELECT 1 FROM blocked b
+      WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
+  ORDER BY o.seq LIMIT $1) c ON true`))
+	}
+	// The sweep of ordered mode: due events of the partitions below their
+	// position ($5, by partition), which lowers it.
+	q.probe = rep.Replace(`SELECT o.seq, {part} FROM {t} o
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+  AND o.seq < $4::bigint AND {part} = ANY($3::int[]) AND o.seq < ($5::bigint[])[{part} + 1]
+ORDER BY o.seq LIMIT $1`)
+	return q
+}
+
+func scanClaimed(rows *sql.Rows, extra ...any) (store.Row, error) {
+	var (
+		c                 store.Row
+		payload, metadata string
+	)
+	dest := append([]any{&c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic, &payload, &metadata,
+		&c.OccurredAt, &c.Attempts, &c.Strikes}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return c, err
+	}
+	c.Payload, c.Metadata = []byte(payload), []byte(metadata)
+	return c, nil
+}
+
+// nullClaimed scans the claim columns of a row whose claim part may be NULL
+// (nothing claimed), after the leading columns lead and before extra.
+type nullClaimed struct {
+	id, typ, aggType, aggID, topic, payload, metadata sql.NullString
+	version, attempts, strikes                        sql.NullInt32
+	occurred                                          sql.NullTime
+}
+
+func (n *nullClaimed) dest(lead []any, extra ...any) []any {
+	d := append(lead, &n.id, &n.typ, &n.version, &n.aggType, &n.aggID, &n.topic, &n.payload, &n.metadata,
+		&n.occurred, &n.attempts, &n.strikes)
+	return append(d, extra...)
+}
+
+func (n *nullClaimed) claimed() (store.Row, bool) {
+	if !n.id.Valid {
+		return store.Row{}, false
+	}
+	return store.Row{
+		ID: n.id.String, Type: n.typ.String, AggregateType: n.aggType.String, AggregateID: n.aggID.String,
+		Topic: n.topic.String, Version: int(n.version.Int32), Attempts: int(n.attempts.Int32), Strikes: int(n.strikes.Int32),
+		Payload: []byte(n.payload.String), Metadata: []byte(n.metadata.String), OccurredAt: n.occurred.Time,
+	}, true
+}
+
+// claimLocked claims from the position (see position): rows at or above it in
+// (available_at, id) order, or from the head when sweeping (leaving the
+// position alone). The relay's concurrent batches claim one after the other,
+// each from where the last ended, instead of each stepping over the rows the
+// others locked.
+func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int, sweep bool) ([]store.Row, error) {
+	if !sweep {
+		r.pos.claimMu.Lock()
+		defer r.pos.claimMu.Unlock()
+	}
+	st := r.pos.unorderedStart(sweep)
+	var loAt, loID any
+	if st.from != nil {
+		loAt, loID = st.from.at, st.from.id
+	}
+	rows, err := tx.QueryContext(ctx, r.claims.locked[btoi(st.check)], limit, loAt, loID)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var (
+		out      []store.Row
+		last     key
+		dbNow    time.Time
+		frontier sql.NullTime
+	)
+	for rows.Next() {
+		var (
+			n  nullClaimed
+			at sql.NullTime
+		)
+		if err := rows.Scan(n.dest([]any{&dbNow, &frontier}, &at)...); err != nil {
+			return nil, err
+		}
+		if c, ok := n.claimed(); ok {
+			out = append(out, c)
+			if k := (key{at.Time, c.ID}); last.less(k) || last.at.IsZero() {
+				last = k
+			}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	r.pos.unorderedDone(st, sweep, last, len(out) >= limit, dbNow, frontier)
+	return out, nil
+}
+
+// claimOrdered claims from the lowest position of the owned partitions (see
+// position), in seq order.
+func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32, fence *store.Fence) ([]store.Row, error) {
+	if fence != nil {
+		r.pos.leased(fence.Parts())
+	}
+	st := r.pos.orderedStart(owned) // its clock read before the database's now: never later
+	rows, err := x.QueryContext(ctx, r.claims.ordered[btoi(st.check)], limit, partitions, owned, st.lo)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var (
+		out      []store.Row
+		seqs     []seqPart
+		dbNow    time.Time
+		clock    time.Time // after the claim's snapshot
+		frontier sql.NullTime
+		waitSeq  sql.NullInt64
+		waitAt   sql.NullTime
+		lastSeq  sql.NullInt64
+	)
+	for rows.Next() {
+		var (
+			n    nullClaimed
+			seq  sql.NullInt64
+			part sql.NullInt32
+		)
+		if err := rows.Scan(n.dest([]any{&dbNow, &frontier, &lastSeq, &clock, &waitSeq, &waitAt}, &seq, &part)...); err != nil {
+			return nil, err
+		}
+		if c, ok := n.claimed(); ok {
+			out = append(out, c)
+			seqs = append(seqs, seqPart{seq.Int64, part.Int32})
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// In seq order, as the relay publishes each aggregate's events.
+	idx := make([]int, len(out))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int { return cmp.Compare(seqs[a].seq, seqs[b].seq) })
+	sorted, sortedSeqs := make([]store.Row, len(out)), make([]seqPart, len(out))
+	for i, j := range idx {
+		sorted[i], sortedSeqs[i] = out[j], seqs[j]
+	}
+	done := orderedResult{rows: sorted, seqs: sortedSeqs, full: len(out) >= limit, dbNow: dbNow, clock: clock, frontier: frontier}
+	if lastSeq.Valid {
+		done.last = &observation{clock, lastSeq.Int64}
+	}
+	if waitSeq.Valid && waitAt.Valid {
+		w := st.waitingAt(waitSeq.Int64, waitAt.Time, dbNow)
+		done.waiting = &w
+	}
+	r.pos.orderedDone(st, owned, done)
+	return sorted, nil
+}
+
+// Sweep is the sweep of ordered mode: it looks for due events of the owned
+// partitions below their positions (events that became due in a way the
+// claims do not see: written by something else than Herald, requeued in a
+// long transaction) and lowers the positions to them.
+func (r *relay) Sweep(ctx context.Context, x store.Execer, partitions int, owned []int32) (int, error) {
+	below, highest := r.pos.positions(owned, partitions)
+	if highest <= 0 {
+		return 0, nil
+	}
+	found, err := store.Collect(ctx, x, r.claims.probe, []any{64, partitions, owned, highest, below}, func(rows *sql.Rows) (seqPart, error) {
+		var sp seqPart
+		err := rows.Scan(&sp.seq, &sp.part)
+		return sp, err
+	})
+	if err != nil {
+		return 0, err
+	}
+	r.pos.lowerOrdered(found)
+	return len(found), nil
+}

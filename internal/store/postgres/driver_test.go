@@ -1,0 +1,26 @@
+package postgres_test
+
+import (
+	"database/sql"
+	"testing"
+
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/store/drivertest"
+	"github.com/heraldgo/herald/internal/store/postgres"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// TestDriver runs the driver-level suite on PostgreSQL, a schema per test.
+func TestDriver(t *testing.T) {
+	drivertest.Run(t, drivertest.Harness{Driver: postgres.Driver{}, Open: func(t testing.TB) *sql.DB {
+		t.Helper()
+		_, dsn := pgtest.Schema(t)
+		db, err := sql.Open("pgx", dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = db.Close() })
+		return db
+	}})
+}

@@ -1,0 +1,291 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// The outbox in the write-ahead log: each event is one transactional logical
+// message (pg_logical_emit_message(true, prefix, content)), which exists iff
+// its (sub)transaction commits and which logical decoding (pgoutput with
+// messages 'true') streams in commit order. Its content is Message, JSON.
+
+// Message is the content of an event's logical message: the columns of its
+// outbox row (store.Row, ID to OccurredAt), the payload and metadata as
+// the JSON they are.
+type Message struct {
+	ID            string          `json:"id"`
+	Type          string          `json:"type"`
+	Version       int             `json:"version"`
+	AggregateType string          `json:"aggregate_type,omitempty"`
+	AggregateID   string          `json:"aggregate_id,omitempty"`
+	Topic         string          `json:"topic"`
+	Payload       json.RawMessage `json:"payload"`
+	Metadata      json.RawMessage `json:"metadata,omitempty"`
+	OccurredAt    time.Time       `json:"occurred_at"`
+}
+
+// EncodeMessage returns the content of r's logical message.
+func EncodeMessage(r *store.Row) ([]byte, error) {
+	m := Message{
+		ID: r.ID, Type: r.Type, Version: r.Version, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		Topic: r.Topic, Payload: r.Payload, OccurredAt: r.OccurredAt.UTC(),
+	}
+	if len(r.Metadata) > 0 && string(r.Metadata) != "{}" {
+		m.Metadata = r.Metadata
+	}
+	b, err := json.Marshal(&m)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: encode event %s: %w", r.ID, err)
+	}
+	return b, nil
+}
+
+// DecodeMessage reads the envelope of an event from its logical message's
+// content.
+func DecodeMessage(content []byte) (events.Envelope, error) {
+	var m Message
+	if err := json.Unmarshal(content, &m); err != nil {
+		return events.Envelope{}, fmt.Errorf("postgres: decode message: %w", err)
+	}
+	id, err := uuid.Parse(m.ID)
+	if err != nil {
+		return events.Envelope{}, fmt.Errorf("postgres: decode message: id %q: %w", m.ID, err)
+	}
+	env := events.Envelope{
+		ID: id, Type: m.Type, Version: m.Version, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
+		Topic: m.Topic, OccurredAt: m.OccurredAt, Payload: []byte(m.Payload),
+	}
+	if len(m.Metadata) > 0 {
+		if err := json.Unmarshal(m.Metadata, &env.Metadata); err != nil {
+			return events.Envelope{}, fmt.Errorf("postgres: decode message %s: metadata: %w", m.ID, err)
+		}
+		if len(env.Metadata) == 0 {
+			env.Metadata = nil
+		}
+	}
+	return env, nil
+}
+
+// walOutbox is the outbox in the WAL. Settle and Abort are the table's:
+// both work on transaction ids only.
+type walOutbox struct {
+	*outbox
+	prefix string
+}
+
+// WALOutbox returns the outbox kept in the WAL as logical messages with
+// prefix.
+func (Driver) WALOutbox(prefix string) (store.Outbox, error) {
+	return &walOutbox{outbox: &outbox{}, prefix: prefix}, nil
+}
+
+const (
+	emitOne = `SELECT pg_logical_emit_message(true, $1::text, $2::text)`
+	// In the events' order (the subquery's, which the outer scan keeps): a
+	// transaction's messages are decoded in the order they were written.
+	emitMany = `SELECT pg_logical_emit_message(true, $1::text, m)
+FROM (SELECT m FROM unnest($2::text[]) WITH ORDINALITY AS u(m, n) ORDER BY n) AS s`
+	// The top-level transaction's full id: see Insert.
+	emitToken = `SELECT pg_current_xact_id()::text::bigint`
+)
+
+// Exists reports true: there is no table to make.
+func (*walOutbox) Exists(context.Context, store.Execer) (bool, error) { return true, nil }
+
+// Create does nothing.
+func (*walOutbox) Create(context.Context, store.Execer) error { return nil }
+
+// Check returns store.ErrWALLevel (wrapped) unless wal_level is logical.
+func (*walOutbox) Check(ctx context.Context, x store.Execer) error {
+	return CheckWALLevel(ctx, x)
+}
+
+// CheckWALLevel returns store.ErrWALLevel (wrapped) unless the server's
+// wal_level is logical.
+func CheckWALLevel(ctx context.Context, x store.Execer) error {
+	var level string
+	if err := store.QueryRow(ctx, x, `SELECT current_setting('wal_level')`, nil, &level); err != nil {
+		return fmt.Errorf("read wal_level: %w", err)
+	}
+	if level != "logical" {
+		return fmt.Errorf("%w (it is %s)", store.ErrWALLevel, level)
+	}
+	return nil
+}
+
+// Insert writes one logical message per event, in x's transaction, and
+// reports every event written (the log keeps no ids: an id seen before is
+// not told apart). With tokens it returns, for each, the full id of the
+// top-level transaction: a savepoint rolled back after the write in a
+// transaction the write path cannot watch is not seen by Settle.
+func (o *walOutbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, tokens bool) (int64, map[uuid.UUID]int64, error) {
+	contents := make([]string, len(evs))
+	for i := range evs {
+		b, err := EncodeMessage(&evs[i])
+		if err != nil {
+			return 0, nil, err
+		}
+		contents[i] = string(b)
+	}
+	var err error
+	if len(contents) == 1 {
+		_, err = x.ExecContext(ctx, emitOne, o.prefix, contents[0])
+	} else {
+		_, err = x.ExecContext(ctx, emitMany, o.prefix, contents)
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("emit logical messages: %w", err)
+	}
+	if !tokens {
+		return int64(len(evs)), nil, nil
+	}
+	var top int64
+	if err := store.QueryRow(ctx, x, emitToken, nil, &top); err != nil {
+		return 0, nil, fmt.Errorf("read transaction id: %w", err)
+	}
+	out := make(map[uuid.UUID]int64, len(evs))
+	for i := range evs {
+		id, err := uuid.Parse(evs[i].ID)
+		if err != nil {
+			return 0, nil, fmt.Errorf("event id %q: %w", evs[i].ID, err)
+		}
+		out[id] = top
+	}
+	return int64(len(evs)), out, nil
+}
+
+// LockAggregates does nothing: the log is in commit order, which is each
+// aggregate's order.
+func (*walOutbox) LockAggregates(context.Context, store.Execer, []int64) error { return nil }
+
+// The WAL relay's statements, on an ordinary connection: what it checks and
+// creates before it streams its slot.
+
+// HasReplicationRight reports whether the session's role may stream a
+// replication slot (REPLICATION, or a superuser).
+func HasReplicationRight(ctx context.Context, x store.Execer) (bool, error) {
+	var ok bool
+	err := store.QueryRow(ctx, x, `SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`, nil, &ok)
+	return ok, err
+}
+
+// EnsurePublication creates the publication name, with no tables (pgoutput
+// sends logical messages whatever the tables), unless it exists. name must
+// be a plain lowercase identifier.
+func EnsurePublication(ctx context.Context, x store.Execer, name string) error {
+	found, err := store.Found(ctx, x, `SELECT 1 FROM pg_publication WHERE pubname = $1`, name)
+	if err != nil || found {
+		return err
+	}
+	_, err = x.ExecContext(ctx, `CREATE PUBLICATION `+name)
+	if err != nil && isDuplicate(err) { // created meanwhile
+		return nil
+	}
+	return err
+}
+
+// Slot is what the server says of a replication slot.
+type Slot struct {
+	Plugin   string // the output plugin: pgoutput
+	Database string // the database it decodes
+	// WALStatus is pg_replication_slots.wal_status: "lost" when the server
+	// removed WAL the slot needed (max_slot_wal_keep_size).
+	WALStatus string
+	// CurrentDatabase is the session's database.
+	CurrentDatabase string
+}
+
+// EnsureSlot creates the logical replication slot name with pgoutput,
+// unless it exists, and returns what the server says of it.
+func EnsureSlot(ctx context.Context, x store.Execer, name string) (Slot, error) {
+	const q = `SELECT coalesce(plugin, ''), coalesce(database, ''), coalesce(wal_status, ''), current_database()
+FROM pg_replication_slots WHERE slot_name = $1`
+	var s Slot
+	err := store.QueryRow(ctx, x, q, []any{name}, &s.Plugin, &s.Database, &s.WALStatus, &s.CurrentDatabase)
+	if errors.Is(err, sql.ErrNoRows) {
+		_, err = x.ExecContext(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name)
+		if err != nil && !isDuplicate(err) {
+			return Slot{}, err
+		}
+		err = store.QueryRow(ctx, x, q, []any{name}, &s.Plugin, &s.Database, &s.WALStatus, &s.CurrentDatabase)
+	}
+	return s, err
+}
+
+// isDuplicate reports whether err is duplicate_object (42710), what a
+// publication or slot created meanwhile by another session raises.
+func isDuplicate(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "42710"
+}
+
+// PgoutputArgs are the START_REPLICATION options that stream the logical
+// messages of transactions through publication: pgoutput's protocol 1, with
+// messages.
+func PgoutputArgs(publication string) []string {
+	return []string{"proto_version '1'", "publication_names '" + publication + "'", "messages 'true'"}
+}
+
+// MessageRow reads the outbox row of an event from its logical message's
+// content (the inverse of EncodeMessage): what the WAL relay inserts into
+// the outbox table when it parks an event the broker refuses.
+func MessageRow(content []byte) (store.Row, error) {
+	var m Message
+	if err := json.Unmarshal(content, &m); err != nil {
+		return store.Row{}, fmt.Errorf("postgres: decode message: %w", err)
+	}
+	if _, err := uuid.Parse(m.ID); err != nil {
+		return store.Row{}, fmt.Errorf("postgres: decode message: id %q: %w", m.ID, err)
+	}
+	md := []byte(m.Metadata)
+	if len(md) == 0 || string(md) == "null" {
+		md = []byte("{}")
+	}
+	return store.Row{
+		ID: m.ID, Type: m.Type, Version: m.Version, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
+		Topic: m.Topic, Payload: []byte(m.Payload), Metadata: md, OccurredAt: m.OccurredAt,
+	}, nil
+}
+
+// The WAL relay's statements on the outbox table, in ordered mode: which
+// aggregates have events in it not yet published or dead, whose later
+// events it parks behind them.
+
+// PendingAggregates returns the aggregates (type, id) that have pending
+// events (neither processed nor dead) in the outbox table t.
+func PendingAggregates(ctx context.Context, x store.Execer, t ident.Table) ([][2]string, error) {
+	rows, err := x.QueryContext(ctx, `SELECT DISTINCT aggregate_type, aggregate_id FROM `+t.Quoted()+`
+WHERE processed_at IS NULL AND dead_at IS NULL AND aggregate_id <> ''`)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	var out [][2]string
+	for rows.Next() {
+		var a [2]string
+		if err := rows.Scan(&a[0], &a[1]); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, rows.Err()
+}
+
+// AggregatePending reports whether the aggregate (aggType, aggID) has
+// pending events (neither processed nor dead) in the outbox table t.
+func AggregatePending(ctx context.Context, x store.Execer, t ident.Table, aggType, aggID string) (bool, error) {
+	return store.Found(ctx, x, `SELECT 1 FROM `+t.Quoted()+`
+WHERE aggregate_type = $1 AND aggregate_id = $2 AND processed_at IS NULL AND dead_at IS NULL LIMIT 1`, aggType, aggID)
+}

@@ -1,0 +1,321 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/relay"
+)
+
+// UUIDHeaderKey is the record header that carries the message UUID, as
+// watermill-kafka's DefaultMarshaler writes it (kafka.UUIDHeaderKey there).
+const UUIDHeaderKey = "_watermill_message_uuid"
+
+// Errors the publisher returns.
+var (
+	// ErrClosed is a publish on a Publisher that was closed.
+	ErrClosed = errors.New("kafka: publisher closed")
+	// ErrReservedMetadata is a message whose metadata sets UUIDHeaderKey,
+	// which watermill-kafka reserves for the message UUID.
+	ErrReservedMetadata = errors.New("kafka: metadata key " + UUIDHeaderKey + " is reserved for the message UUID")
+	// ErrUnsafeOption is an option in Config.Options that turns off the
+	// idempotent producer or acks=all.
+	ErrUnsafeOption = errors.New("kafka: option unsafe for an outbox")
+)
+
+// Config configures a Publisher.
+type Config struct {
+	// Brokers are the seed brokers, host:port. Required.
+	Brokers []string
+	// Options are extra franz-go client options (TLS, SASL, compression,
+	// linger, retries, a partitioner, ...), applied after the publisher's
+	// own: kgo.RequiredAcks(kgo.AllISRAcks()) with the idempotent producer
+	// (franz-go's defaults, set explicitly), and kgo.ProducerLinger(0) (a
+	// PublishBatch call hands over all its records at once: lingering would
+	// only delay them). New refuses, with ErrUnsafeOption, an option that
+	// turns off idempotence or acks=all (kgo.DisableIdempotentWrite,
+	// kgo.RequiredAcks with other acks), kgo.DefaultProduceTopicAlways and
+	// kgo.TransactionalID. A partitioner that ignores record keys
+	// (kgo.ManualPartitioner, kgo.RoundRobinPartitioner) is not refused but
+	// breaks the per-aggregate order. Defaults to none.
+	Options []kgo.Opt
+	// Logger receives franz-go's log lines, at the levels the logger
+	// enables. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Validate reports what is wrong with c, after its defaults are set.
+func (c Config) Validate() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("kafka: Config.Brokers is required")
+	}
+	if slices.Contains(c.Brokers, "") {
+		return errors.New("kafka: Config.Brokers holds an empty address")
+	}
+	if slices.Contains(c.Options, nil) {
+		return errors.New("kafka: Config.Options holds a nil option")
+	}
+	return nil
+}
+
+// Publisher publishes Watermill messages to Kafka with franz-go's idempotent
+// producer and acks=all, each message a record keyed by its aggregate id. It
+// is a Watermill message.Publisher and a relay.BatchPublisher. It is safe for
+// concurrent use.
+type Publisher struct {
+	client *kgo.Client
+	closed atomic.Bool
+	once   sync.Once
+}
+
+var (
+	_ message.Publisher    = (*Publisher)(nil)
+	_ relay.BatchPublisher = (*Publisher)(nil)
+)
+
+// New checks cfg and makes a Publisher with its own franz-go client. The
+// client connects lazily: New does not reach the brokers.
+func New(cfg Config) (*Publisher, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	opts := make([]kgo.Opt, 0, len(cfg.Options)+3)
+	opts = append(opts,
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.ProducerLinger(0),
+		kgo.WithLogger(slogLogger{cfg.Logger}),
+	)
+	opts = append(opts, cfg.Options...)
+	client, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: new client: %w", err)
+	}
+	if err := checkSafe(client); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return &Publisher{client: client}, nil
+}
+
+// checkSafe refuses a client without the idempotent producer or acks=all.
+func checkSafe(client *kgo.Client) error {
+	if acks, _ := client.OptValue(kgo.RequiredAcks).(kgo.Acks); acks != kgo.AllISRAcks() {
+		return fmt.Errorf("%w: kgo.RequiredAcks other than kgo.AllISRAcks()", ErrUnsafeOption)
+	}
+	if off, _ := client.OptValue(kgo.DisableIdempotentWrite).(bool); off {
+		return fmt.Errorf("%w: kgo.DisableIdempotentWrite", ErrUnsafeOption)
+	}
+	if always, _ := client.OptValue(kgo.DefaultProduceTopicAlways).(bool); always {
+		return fmt.Errorf("%w: kgo.DefaultProduceTopicAlways (the relay's topics would be ignored)", ErrUnsafeOption)
+	}
+	if txn, _ := client.OptValue(kgo.TransactionalID).(string); txn != "" {
+		return fmt.Errorf("%w: kgo.TransactionalID (the publisher produces outside transactions)", ErrUnsafeOption)
+	}
+	return nil
+}
+
+// Client returns the franz-go client the publisher produces with, for
+// metrics or admin requests. Do not close it: Close does.
+func (p *Publisher) Client() *kgo.Client { return p.client }
+
+// Publish publishes msgs to topic and waits until the brokers acknowledged
+// each (or franz-go gave up on it: see kgo.RecordDeliveryTimeout and
+// kgo.RecordRetries), as Watermill's Publish does. It returns nil when every
+// message was acknowledged, else the errors of the failed ones, joined.
+func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	var errs []error
+	for i, err := range p.PublishBatch(context.Background(), topic, msgs...) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kafka: message %d (%s): %w", i, msgs[i].UUID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// PublishBatch produces msgs to topic, all at once (franz-go batches them
+// per partition and keeps several requests in flight), and returns one error
+// per message, in the order of msgs: nil when the brokers acknowledged that
+// record with acks=all. One record's failure does not fail the others' results:
+// each record gets its own. When the brokers refuse a partition's batch,
+// franz-go (with the idempotent producer) fails it and every record buffered
+// behind it in that partition, each with that error; records buffered after
+// that may be acknowledged. So within one call, an acknowledged record of a
+// key may follow a failed one of the same key: the relay's ordered mode sends
+// at most one event per aggregate per call. A message whose metadata sets
+// UUIDHeaderKey fails with ErrReservedMetadata. Those, and the brokers'
+// refusals of a record itself (too large, invalid: see refused), wrap
+// relay.ErrRejected. A record not yet sent when
+// ctx is done fails with ctx's error; PublishBatch returns when every record
+// has its result, or when ctx is done: then the records without one get ctx's
+// error (they may still be written: the relay publishes them again).
+func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error {
+	res := make([]error, len(msgs))
+	if p.closed.Load() {
+		for i := range res {
+			res[i] = ErrClosed
+		}
+		return res
+	}
+	var (
+		mu      sync.Mutex
+		left    = len(msgs)
+		done    = make(chan struct{})
+		have    = make([]bool, len(msgs)) // res[i] is the record's result
+		settled bool                      // ctx ended: late results are dropped
+	)
+	finish := func(i int, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if settled {
+			return
+		}
+		res[i], have[i] = err, true
+		left--
+		if left == 0 {
+			close(done)
+		}
+	}
+	if left == 0 {
+		return res
+	}
+	for i, m := range msgs {
+		rec, err := record(topic, m)
+		if err != nil {
+			finish(i, fmt.Errorf("%w: %w", relay.ErrRejected, err)) // the message's own: no retry changes it
+			continue
+		}
+		p.client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
+			switch {
+			case refused(err):
+				err = fmt.Errorf("%w: kafka: produce to %s: %w", relay.ErrRejected, topic, err)
+			case err != nil:
+				err = fmt.Errorf("kafka: produce to %s: %w", topic, err)
+			}
+			finish(i, err)
+		})
+	}
+	select {
+	case <-done:
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		settled = true
+		for i := range res {
+			if !have[i] {
+				res[i] = fmt.Errorf("kafka: produce to %s: %w", topic, ctx.Err())
+			}
+		}
+	}
+	return res
+}
+
+// refused tells the brokers' refusals of the records themselves (too large,
+// invalid, corrupt, a topic that cannot exist or may not be written, a
+// policy), which no retry of the same record changes, from the failures of the
+// moment (a leader moving, a timeout): those wrap relay.ErrRejected, and the
+// relay counts them as a strike at once.
+func refused(err error) bool {
+	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage,
+		kerr.InvalidTopicException, kerr.TopicAuthorizationFailed, kerr.PolicyViolation} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// record is the Kafka record of msg: its value the payload; its key the
+// aggregate id (events.MetaAggregateID), or for an event of no aggregate the
+// event id; its headers the UUID (UUIDHeaderKey) then one per metadata key,
+// as watermill-kafka's DefaultMarshaler writes them.
+func record(topic string, msg *message.Message) (*kgo.Record, error) {
+	if _, ok := msg.Metadata[UUIDHeaderKey]; ok {
+		return nil, ErrReservedMetadata
+	}
+	key := msg.Metadata[events.MetaAggregateID]
+	if key == "" {
+		key = msg.Metadata[events.MetaID]
+	}
+	if key == "" {
+		key = msg.UUID
+	}
+	// The header values share one buffer: one allocation per record.
+	size := len(msg.UUID)
+	keys := make([]string, 0, len(msg.Metadata))
+	for k, v := range msg.Metadata {
+		keys = append(keys, k)
+		size += len(v)
+	}
+	slices.Sort(keys)
+	buf := make([]byte, 0, size)
+	value := func(v string) []byte {
+		start := len(buf)
+		buf = append(buf, v...)
+		return buf[start:len(buf):len(buf)]
+	}
+	headers := make([]kgo.RecordHeader, 0, len(keys)+1)
+	headers = append(headers, kgo.RecordHeader{Key: UUIDHeaderKey, Value: value(msg.UUID)})
+	for _, k := range keys {
+		headers = append(headers, kgo.RecordHeader{Key: k, Value: value(msg.Metadata[k])})
+	}
+	return &kgo.Record{Topic: topic, Key: []byte(key), Value: msg.Payload, Headers: headers}, nil
+}
+
+// Close closes the client: a publish after Close fails with ErrClosed, and
+// the records still buffered fail. Close does not wait for the publishes in
+// flight; call it after they returned. It is safe to call more than once.
+func (p *Publisher) Close() error {
+	p.once.Do(func() {
+		p.closed.Store(true)
+		p.client.Close()
+	})
+	return nil
+}
+
+// slogLogger is franz-go's logger on an slog.Logger.
+type slogLogger struct{ l *slog.Logger }
+
+func (s slogLogger) Level() kgo.LogLevel {
+	ctx := context.Background()
+	switch {
+	case s.l.Enabled(ctx, slog.LevelDebug):
+		return kgo.LogLevelDebug
+	case s.l.Enabled(ctx, slog.LevelInfo):
+		return kgo.LogLevelInfo
+	case s.l.Enabled(ctx, slog.LevelWarn):
+		return kgo.LogLevelWarn
+	default:
+		return kgo.LogLevelError
+	}
+}
+
+func (s slogLogger) Log(level kgo.LogLevel, msg string, keyvals ...any) {
+	lvl := slog.LevelError
+	switch level {
+	case kgo.LogLevelDebug:
+		lvl = slog.LevelDebug
+	case kgo.LogLevelInfo:
+		lvl = slog.LevelInfo
+	case kgo.LogLevelWarn:
+		lvl = slog.LevelWarn
+	}
+	s.l.Log(context.Background(), lvl, "kafka: "+msg, keyvals...)
+}

@@ -1,0 +1,100 @@
+package natsjs_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"path/filepath"
+
+	"github.com/ThreeDotsLabs/watermill"
+	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/heraldgo/herald/aggregate"
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/publishers/natsjs"
+	"github.com/heraldgo/herald/relay"
+)
+
+// Order is the example's aggregate; Placed its event.
+type Order struct {
+	ID string `gorm:"type:varchar(36);primaryKey"`
+	aggregate.Root
+}
+
+// Placed is the event an Order records.
+type Placed struct{ OrderID string }
+
+// EventType names the event.
+func (Placed) EventType() string { return "order.placed" }
+
+// The relay publishes through natsjs to JetStream, pipelined, in ordered
+// mode; a watermill-nats subscriber (NATSMarshaler) reads the events, the
+// event id as the message UUID.
+func Example() {
+	dir, err := os.MkdirTemp("", "natsjs-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	// gorm.Open(postgres.Open(dsn), &gorm.Config{}) in an application.
+	db, err := testkit.OpenSQLite(testkit.SQLiteDSN(filepath.Join(dir, "app.db")), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		log.Fatal(err)
+	}
+	const topic = "herald_natsjs_example_orders" // the stream's name and subject
+	defer deleteStreams(topic)
+
+	pub, err := natsjs.New(natsjs.Config{URL: natsURL(), AutoProvision: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = pub.Close() }()
+	r, err := relay.New(db, pub, relay.Config{Ordered: true})
+	if err != nil {
+		log.Fatal(err)
+	}
+	hook := outboxhook.New(outboxhook.Config{Notify: r.Wake, Topic: func(*events.Envelope) string { return topic }})
+	if err := db.Use(hook); err != nil {
+		log.Fatal(err)
+	}
+	if err := db.AutoMigrate(&Order{}); err != nil {
+		log.Fatal(err)
+	}
+
+	sub, err := wmnats.NewSubscriber(subscriberConfig("herald_natsjs_example"), watermill.NopLogger{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer func() { _ = sub.Close() }()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	messages, err := sub.Subscribe(ctx, topic)
+	if err != nil {
+		log.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = r.Run(ctx) // until cancel
+	}()
+
+	o := &Order{ID: uuid.NewString()}
+	o.Record(Placed{OrderID: o.ID})
+	eventID := o.Records()[0].ID
+	if err := db.Create(o).Error; err != nil {
+		log.Fatal(err)
+	}
+
+	msg := <-messages
+	msg.Ack()
+	fmt.Println(msg.Metadata.Get(events.MetaType), msg.UUID == eventID.String())
+	cancel()
+	<-done
+	// Output: order.placed true
+}

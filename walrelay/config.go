@@ -1,0 +1,148 @@
+package walrelay
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// Defaults of Config.
+const (
+	// DefaultSlot is the default Config.Slot: "herald".
+	DefaultSlot = "herald"
+	// DefaultPublication is the default Config.Publication: "herald".
+	DefaultPublication = "herald"
+	// DefaultPublishTimeout is the default Config.PublishTimeout: 10s.
+	DefaultPublishTimeout = 10 * time.Second
+	// DefaultRetryInterval is the default Config.RetryInterval: 1s.
+	DefaultRetryInterval = time.Second
+	// DefaultStatusInterval is the default Config.StatusInterval: 10s.
+	DefaultStatusInterval = 10 * time.Second
+	// DefaultTable is the default Config.Table: "outbox_messages", the
+	// table relay's (relay.DefaultTable).
+	DefaultTable = relay.DefaultTable
+	// DefaultMaxHeld is the default Config.MaxHeld: 1000.
+	DefaultMaxHeld = 1000
+)
+
+// Config configures a Relay. The zero value is ready to use; each field
+// ends with its default.
+type Config struct {
+	// Slot is the logical replication slot the relay streams, created
+	// (with pgoutput) when missing. One relay reads a slot at a time.
+	// Lowercase letters, digits and underscores, at most 63. Defaults to
+	// "herald" (DefaultSlot).
+	Slot string
+	// Publication is the publication named to pgoutput, created with no
+	// tables when missing. Same syntax as Slot. Defaults to "herald"
+	// (DefaultPublication).
+	Publication string
+	// Prefix is the prefix of the logical messages the relay publishes; it
+	// must match outboxhook's Config.WALPrefix. Messages with other
+	// prefixes are skipped. Defaults to "herald"
+	// (outboxhook.DefaultWALPrefix).
+	Prefix string
+	// PublishTimeout bounds one Publish call; a call that has not returned
+	// by then counts as failed, and the event is published again. Defaults
+	// to 10s (DefaultPublishTimeout).
+	PublishTimeout time.Duration
+	// RetryInterval is the wait after a failed publish, or a lost
+	// connection, before trying again. Defaults to 1s
+	// (DefaultRetryInterval).
+	RetryInterval time.Duration
+	// StatusInterval is how often the relay reports its confirmed position
+	// to the server (it also does when the server asks, and when Run
+	// returns). Defaults to 10s (DefaultStatusInterval).
+	StatusInterval time.Duration
+	// Table is the outbox table (optionally schema-qualified) the relay
+	// parks the events the broker refuses in, as ordinary rows that a table
+	// relay (relay.New on the same table) retries and dead-letters; created
+	// when missing. Defaults to "outbox_messages" (DefaultTable).
+	Table string
+	// Ordered keeps each aggregate's events in commit order across parking:
+	// while an aggregate has events in Table that are neither published nor
+	// dead, the relay parks its later events there too, behind them, and
+	// publishes them from the WAL again once none is left. The table relay
+	// must run with relay.Config.Ordered for the parked ones to keep their
+	// order. Defaults to false: a parked event holds back nothing.
+	Ordered bool
+	// MaxHeld is how many events the relay keeps in memory while their
+	// publish failed and the failure is not yet told to be the event's own
+	// (the broker may be down) or, in ordered mode, wait behind such an
+	// event of their aggregate: at that many it reads no further from the
+	// slot until some are published or parked. Defaults to 1000
+	// (DefaultMaxHeld).
+	MaxHeld int
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) setDefaults() {
+	if c.Slot == "" {
+		c.Slot = DefaultSlot
+	}
+	if c.Publication == "" {
+		c.Publication = DefaultPublication
+	}
+	if c.Prefix == "" {
+		c.Prefix = outboxhook.DefaultWALPrefix
+	}
+	if c.PublishTimeout == 0 {
+		c.PublishTimeout = DefaultPublishTimeout
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.StatusInterval == 0 {
+		c.StatusInterval = DefaultStatusInterval
+	}
+	if c.Table == "" {
+		c.Table = DefaultTable
+	}
+	if c.MaxHeld == 0 {
+		c.MaxHeld = DefaultMaxHeld
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+var name = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
+
+// Validate reports what is wrong with c after defaults are applied: a Slot
+// or Publication that is not lowercase letters, digits and underscores (at
+// most 63), an invalid Table, a negative duration or MaxHeld.
+func (c Config) Validate() error {
+	c.setDefaults()
+	var errs []error
+	if !name.MatchString(c.Slot) {
+		errs = append(errs, fmt.Errorf("invalid Slot %q: lowercase letters, digits and underscores, at most 63", c.Slot))
+	}
+	if !name.MatchString(c.Publication) {
+		errs = append(errs, fmt.Errorf("invalid Publication %q: lowercase letters, digits and underscores, at most 63", c.Publication))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"PublishTimeout", c.PublishTimeout}, {"RetryInterval", c.RetryInterval}, {"StatusInterval", c.StatusInterval}} {
+		if d.v < 0 {
+			errs = append(errs, fmt.Errorf("%s is %v, must be positive", d.name, d.v))
+		}
+	}
+	if _, err := ident.ParseTable(c.Table); err != nil {
+		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
+	}
+	if c.MaxHeld < 0 {
+		errs = append(errs, fmt.Errorf("MaxHeld is %d, must be positive", c.MaxHeld))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("walrelay: invalid config: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,121 @@
+// Package walrelay publishes the events that outboxhook writes with
+// StorageWAL: logical messages in PostgreSQL's write-ahead log, which exist
+// iff the transaction that saved them committed. The relay streams a
+// replication slot of its own (pgoutput, protocol 1, messages on, through a
+// publication of its own with no tables) on a replication connection, in
+// commit order, and publishes each Herald message (of Config.Prefix; other
+// messages and prefixes are skipped) to a Watermill publisher as the same
+// message the table relay publishes (relay.NewMessage).
+//
+//	r, err := walrelay.New(dsn, publisher, walrelay.Config{})
+//	if err != nil { ... }
+//	err = r.Run(ctx) // until ctx is cancelled
+//
+// # At least once
+//
+// The relay tells the slot it may drop the WAL up to a transaction's commit
+// only once the publisher returned for every event of that transaction and
+// of every transaction before it. After a crash, a restart or a lost
+// connection the server streams again from the last position confirmed, so
+// an event is published at least once: consumers deduplicate by its id (the
+// message UUID), as with the table relay. While no Herald event is in
+// flight the relay confirms the position the server reports, so a slot with
+// no traffic of its own does not hold WAL back.
+//
+// # What it costs the server
+//
+// A slot keeps every WAL segment from its confirmed position on, whether a
+// relay reads it or not: a relay stopped for good must have its slot
+// dropped (SELECT pg_drop_replication_slot('herald')), or the server's disk
+// fills (max_slot_wal_keep_size bounds it, at the price of a slot the
+// server invalidates: Run then fails rather than skip events). A running
+// relay holds one replication connection (a walsender, of max_wal_senders)
+// and, while it sets up, one ordinary connection.
+//
+// # What it needs
+//
+// wal_level=logical ([ErrWALLevel] otherwise), a role with the REPLICATION
+// right ([ErrReplicationRight]), and, the first time, the rights to create
+// the publication and the slot (Setup, which Run calls). On the outbox
+// table (Config.Table): SELECT, INSERT and UPDATE, and the right to create
+// it when it is missing.
+//
+// # Refused events
+//
+// An event the broker refuses does not hold the others back: the relay
+// parks it, writing it as an ordinary row of the outbox table
+// (Config.Table, the table mode's, created when missing) with the driver's
+// insert, its attempt counted (attempts and strikes 1), its last error, due
+// at once. A table relay on that table (relay.New, run alongside) retries
+// it with its backoff and, at its MaxAttempts-th strike, makes it dead,
+// where the admin package and the herald command show it: without one,
+// parked events stay in the table. Give that table relay this relay as its
+// relay.Config.Confirmer (in the same process, with the same publisher): a
+// strike is a confirmed failure, and the table holds little else to
+// confirm one; the WAL's publishes do. Without it an event whose refusal
+// does not wrap relay.ErrRejected is retried every MaxBackoff, for ever; and
+// only the relay that streams the slot publishes, so with several instances
+// such an event parked in a partition of an instance whose WAL relay waits
+// is retried until that instance streams. The slot's position moves past an event
+// only once it was published or its row committed.
+//
+// A failure is the event's own, and the event parked, when the publisher's
+// error wraps relay.ErrRejected, or when it was the only failed call
+// between two that succeeded (a later event, or a retry, was published).
+// Two or more failed calls in a row may be a broker outage, which parks
+// nothing: the events are held in memory (at most Config.MaxHeld; then the
+// relay reads no further until some are settled) and tried again in turns,
+// one call every Config.RetryInterval while they fail; while calls fail in
+// a row, new events are held untried. The first call that succeeds after
+// them starts a new turn at once, in stream order, and none of the failures
+// before it is counted against its event. An outage that ends between one
+// failed call and the next can park that one event, which the table relay
+// then publishes: nothing is lost either way. While nothing fails, events
+// are published in commit order; once some are held, Config.Ordered says
+// what order holds.
+//
+// # Ordered mode
+//
+// With Config.Ordered (and the table relay on Config.Table in ordered mode,
+// relay.Config.Ordered) each aggregate's events reach the broker in commit
+// order, first deliveries counted, whether they go from the WAL or through
+// the table, and a parked event holds back only the later events of its own
+// aggregate, until it is published or dead:
+//
+//   - WAL to table: the later events of an aggregate with a held event are
+//     held behind it, untried, and parked with it, behind it, in one
+//     transaction; the events of an aggregate with events in the table that
+//     are neither published nor dead (processed_at and dead_at null) are
+//     parked behind them. The table relay publishes an aggregate's rows in
+//     insertion order.
+//   - Table to WAL: the relay looks, at each event of an aggregate it
+//     parked, whether the aggregate still has such rows; once none is left
+//     (the table relay published or killed the last), its events are
+//     published from the WAL again, after all of them.
+//   - Each stream (at Run's start, after a reconnection, a takeover) first
+//     reads which aggregates have such rows, whoever wrote them (another
+//     relay before a takeover, or table-mode writers); after that it looks
+//     only for the aggregates it parked itself, so rows an application
+//     writes in table mode meanwhile keep no order with the WAL's.
+//
+// A dead event is skipped (published, if ever, when it is requeued, after
+// the later ones), as in the table relay's ordered mode; redeliveries
+// (at least once) may repeat an event after later ones. Events of no
+// aggregate have no order. The held events of one aggregate behind an event
+// whose failures nothing confirms (no other publish succeeds) can fill
+// Config.MaxHeld, and then hold every later event back until it is
+// published or confirmed. Without Config.Ordered a parked event holds back
+// nothing, and held events are retried in turns: across an outage or a
+// refusal, events reach the broker in any order.
+//
+// # One relay per slot
+//
+// The server lets one session stream a slot at a time. A second relay (in
+// another process, say, for failover) on a slot in use waits: Run tries to
+// start streaming every Config.RetryInterval, logging at Info once and at
+// Debug after, and streams as soon as the first relay's stream ends (it
+// stopped, or lost its connection: at once when its process exited, when
+// the server's wal_sender_timeout, 60s by default, passes for a host that
+// vanished), from the position the first confirmed. Events the first
+// published and had not confirmed are published again (at least once).
+package walrelay

@@ -1,0 +1,62 @@
+package walrelay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/heraldgo/herald/internal/store/postgres"
+)
+
+// ErrSlotActive is returned by Drop for a slot a relay still streams: stop
+// the relay first (or end its walsender, pg_terminate_backend(active_pid)).
+var ErrSlotActive = errors.New("walrelay: replication slot is in use")
+
+// Setup checks the server and creates the publication and the slot of cfg
+// (Config.Slot, Config.Publication) in the database of dsn, as
+// (*Relay).Setup does, without a relay: for a deployment step, or the
+// herald command's "wal setup", run before the first event is written.
+func Setup(ctx context.Context, dsn string, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	cfg.setDefaults()
+	r := &Relay{dsn: dsn, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot)}
+	return r.Setup(ctx)
+}
+
+// Dropped says what Drop removed.
+type Dropped struct {
+	// Slot and Publication are true for what existed and was dropped.
+	Slot, Publication bool
+}
+
+// Drop drops the slot and the publication of cfg (Config.Slot,
+// Config.Publication) from the PostgreSQL database db, those that exist:
+// what to do when the WAL relay is retired, since a slot nobody reads keeps
+// WAL without end. Events written in the WAL and not yet published are lost
+// with the slot. A slot a relay streams is not dropped ([ErrSlotActive]).
+func Drop(ctx context.Context, db *sql.DB, cfg Config) (Dropped, error) {
+	if err := cfg.Validate(); err != nil {
+		return Dropped{}, err
+	}
+	cfg.setDefaults()
+	var d Dropped
+	s, err := ReadSlot(ctx, db, cfg.Slot)
+	if err != nil {
+		return d, err
+	}
+	if s.Active {
+		return d, fmt.Errorf("%w: %s is streamed by process %d; stop the relay first", ErrSlotActive, cfg.Slot, s.ActivePID)
+	}
+	if s.Exists {
+		if d.Slot, err = postgres.DropSlot(ctx, db, cfg.Slot); err != nil {
+			return d, fmt.Errorf("walrelay: drop slot %s: %w", cfg.Slot, err)
+		}
+	}
+	if d.Publication, err = postgres.DropPublication(ctx, db, cfg.Publication); err != nil {
+		return d, fmt.Errorf("walrelay: drop publication %s: %w", cfg.Publication, err)
+	}
+	return d, nil
+}

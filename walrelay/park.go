@@ -1,0 +1,345 @@
+package walrelay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
+
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/relay"
+)
+
+// A table relay takes a WAL relay as its Config.Confirmer.
+var _ relay.Confirmer = (*Relay)(nil)
+
+// failMarker records failures on outbox rows: the table relay's mark of the
+// PostgreSQL driver, which the relay reuses for the rows it parks.
+type failMarker interface {
+	MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error)
+}
+
+// held is an event of the stream the relay has not settled: its publish
+// failed and nothing yet told whether the failure is its own or the
+// broker's, or (ordered mode) it waits behind such an event of its
+// aggregate, untried, or it came while the broker looked down.
+type held struct {
+	row   store.Row
+	msg   *message.Message
+	lsn   pglogrepl.LSN
+	tx    int64  // the session's count of the transaction it is in
+	agg   string // its aggregate's key, "" for none
+	err   error  // its last failure; nil while untried
+	tried time.Time
+}
+
+// commit is the end of a transaction that committed while events of it or
+// of an earlier one were held.
+type commit struct {
+	tx  int64
+	end pglogrepl.LSN
+}
+
+// session is what one stream knows: the position every event before which
+// is settled (published or parked), the events held, and what the
+// publisher's last calls showed.
+type session struct {
+	r  *Relay
+	db *sql.DB // for parking
+
+	confirmed pglogrepl.LSN
+	tx        int64 // transactions begun
+	inTx      bool
+	held      []*held // in stream order
+	commits   []commit
+
+	// streak is how many calls failed since the last success; lastFailed
+	// is the event of the latest. A failure alone between two successes is
+	// the event's own; two or more in a row may be a broker outage.
+	streak     int
+	lastFailed *held
+	// retryAt is when the next held event is due to be tried; round is
+	// when the current pass over them, in stream order, began.
+	retryAt, round time.Time
+	// parked are the aggregates (ordered mode) with events in the table
+	// not yet published or dead, as far as this session knows.
+	parked map[string]bool
+}
+
+func aggKey(r *store.Row) string {
+	if r.AggregateID == "" {
+		return ""
+	}
+	return r.AggregateType + "\x00" + r.AggregateID
+}
+
+// loadParked reads which aggregates have pending events in the table
+// (ordered mode), parked by an earlier session or another relay.
+func (s *session) loadParked(ctx context.Context) error {
+	s.parked = map[string]bool{}
+	if !s.r.cfg.Ordered {
+		return nil
+	}
+	aggs, err := postgres.PendingAggregates(ctx, s.db, s.r.table)
+	if err != nil {
+		return fmt.Errorf("walrelay: read pending aggregates: %w", err)
+	}
+	for _, a := range aggs {
+		s.parked[a[0]+"\x00"+a[1]] = true
+	}
+	return nil
+}
+
+// begin and end follow the stream's transactions.
+func (s *session) begin() { s.tx++; s.inTx = true }
+
+func (s *session) end(lsn pglogrepl.LSN) {
+	s.inTx = false
+	if len(s.held) == 0 && len(s.commits) == 0 {
+		s.confirmed = lsn
+		return
+	}
+	s.commits = append(s.commits, commit{tx: s.tx, end: lsn})
+	s.advance()
+}
+
+// idle moves the position to what the server sent, when nothing is in
+// flight.
+func (s *session) idle(walEnd pglogrepl.LSN) {
+	if !s.inTx && len(s.held) == 0 && len(s.commits) == 0 && walEnd > s.confirmed {
+		s.confirmed = walEnd
+	}
+}
+
+// advance confirms the commits of the transactions before the first one
+// with a held event.
+func (s *session) advance() {
+	first := int64(1<<63 - 1)
+	if len(s.held) > 0 {
+		first = s.held[0].tx
+	}
+	for len(s.commits) > 0 && s.commits[0].tx < first {
+		s.confirmed = s.commits[0].end
+		s.commits = s.commits[1:]
+	}
+}
+
+// event handles an event of the stream.
+func (s *session) event(ctx context.Context, m *pglogrepl.LogicalDecodingMessage) error {
+	row, err := postgres.MessageRow(m.Content)
+	var env events.Envelope
+	if err == nil {
+		env, err = postgres.DecodeMessage(m.Content)
+	}
+	if err != nil {
+		s.r.log.ErrorContext(ctx, "walrelay: undecodable event skipped", "error", err, "lsn", m.LSN)
+		return nil
+	}
+	h := &held{row: row, msg: relay.NewMessage(env), lsn: m.LSN, tx: s.tx, agg: aggKey(&row)}
+	if s.r.cfg.Ordered && h.agg != "" {
+		if s.holds(h.agg) {
+			s.held = append(s.held, h)
+			return nil
+		}
+		if s.parked[h.agg] {
+			pending, err := postgres.AggregatePending(ctx, s.db, s.r.table, row.AggregateType, row.AggregateID)
+			if err != nil {
+				return fmt.Errorf("walrelay: read parked events of %s %s: %w", row.AggregateType, row.AggregateID, err)
+			}
+			if pending {
+				return s.park(ctx, []*held{h})
+			}
+			delete(s.parked, h.agg) // its events flow from the WAL again
+		}
+	}
+	if s.streak >= 2 { // the broker looks down: the retries probe it, in order
+		s.held = append(s.held, h)
+		return nil
+	}
+	return s.try(ctx, h, false)
+}
+
+// holds reports whether an event of the aggregate agg is held.
+func (s *session) holds(agg string) bool {
+	for _, h := range s.held {
+		if h.agg == agg {
+			return true
+		}
+	}
+	return false
+}
+
+// retryDue reports whether a held event is due to be tried.
+func (s *session) retryDue() bool { return len(s.held) > 0 && !time.Now().Before(s.retryAt) }
+
+// retry tries the next held event of the pass, in stream order: the first
+// of its aggregate in ordered mode, any in the other.
+func (s *session) retry(ctx context.Context) error {
+	for range 2 {
+		seen := map[string]bool{}
+		for _, h := range s.held {
+			if s.r.cfg.Ordered && h.agg != "" {
+				if seen[h.agg] {
+					continue
+				}
+				seen[h.agg] = true
+			}
+			if h.tried.Before(s.round) {
+				return s.try(ctx, h, true)
+			}
+		}
+		s.round = time.Now() // every one was tried in this pass: the next
+	}
+	return nil
+}
+
+// try publishes h once: published, it is settled; refused by the broker
+// (relay.ErrRejected), parked; failed otherwise, held (again).
+func (s *session) try(ctx context.Context, h *held, isHeld bool) error {
+	h.tried = time.Now()
+	err := s.r.publishOnce(ctx, h.row.Topic, h.msg.Copy())
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	switch {
+	case err == nil:
+		if isHeld {
+			s.remove([]*held{h})
+		}
+		return s.succeeded(ctx)
+	case errors.Is(err, relay.ErrRejected):
+		h.err = err
+		s.r.log.WarnContext(ctx, "walrelay: event refused by the broker; parked in the outbox table",
+			"error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn, "table", s.r.table.String())
+		if isHeld {
+			s.retryAt = time.Now()
+		}
+		return s.parkWith(ctx, h)
+	default:
+		const logMsg = "walrelay: publish failed; retrying"
+		if h.err == nil { // its first failure; its retries' at Debug
+			s.r.log.WarnContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic,
+				"lsn", h.lsn, "retry_in", s.r.cfg.RetryInterval)
+		} else {
+			s.r.log.DebugContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn)
+		}
+		h.err = err
+		if !isHeld {
+			s.held = append(s.held, h)
+		}
+		s.streak++
+		s.lastFailed = h
+		s.retryAt = time.Now().Add(s.r.cfg.RetryInterval)
+		return nil
+	}
+}
+
+// succeeded follows a successful publish: the failure of the one call
+// before it, if it was alone since the last success, is confirmed, the
+// event's own, and the event is parked; after two or more failures in a row
+// (the broker may have been down) the held events are all tried again, in
+// order, from now on.
+func (s *session) succeeded(ctx context.Context) error {
+	lone := s.streak == 1 && s.lastFailed != nil && s.isHeld(s.lastFailed)
+	if s.streak >= 2 {
+		s.round = time.Now()
+	}
+	f := s.lastFailed
+	s.streak, s.lastFailed = 0, nil
+	s.retryAt = time.Now()
+	if lone {
+		s.r.log.WarnContext(ctx, "walrelay: publish failed while others succeeded; parked in the outbox table",
+			"error", f.err, "event", f.row.ID, "topic", f.row.Topic, "lsn", f.lsn, "table", s.r.table.String())
+		return s.parkWith(ctx, f)
+	}
+	s.advance()
+	return nil
+}
+
+func (s *session) isHeld(h *held) bool {
+	for _, o := range s.held {
+		if o == h {
+			return true
+		}
+	}
+	return false
+}
+
+// parkWith parks h and, in ordered mode, the held events of its aggregate
+// behind it.
+func (s *session) parkWith(ctx context.Context, h *held) error {
+	items := []*held{h}
+	if s.r.cfg.Ordered && h.agg != "" {
+		for _, o := range s.held {
+			if o != h && o.agg == h.agg {
+				items = append(items, o)
+			}
+		}
+	}
+	return s.park(ctx, items)
+}
+
+// park writes items, in order, as rows of the outbox table, each that
+// failed with its attempt and last error, in one transaction; once it
+// committed they are settled.
+func (s *session) park(ctx context.Context, items []*held) error {
+	rows := make([]store.Row, len(items))
+	var fails []store.Failure
+	for i, h := range items {
+		rows[i] = h.row
+		if h.err != nil {
+			// A confirmed failure (a strike), due at once: the table
+			// relay's backoff applies from its first retry.
+			fails = append(fails, store.Failure{ID: h.row.ID, Err: store.LastError(h.err), Strike: true})
+		}
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("walrelay: park: begin: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, _, err := s.r.outbox.Insert(ctx, tx, rows, false); err != nil {
+		return fmt.Errorf("walrelay: park: insert: %w", err)
+	}
+	if len(fails) > 0 {
+		if _, err := s.r.marker.MarkFailed(ctx, tx, fails, nil); err != nil {
+			return fmt.Errorf("walrelay: park: mark failed: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("walrelay: park: commit: %w", err)
+	}
+	s.remove(items)
+	if s.r.cfg.Ordered {
+		for _, h := range items {
+			if h.agg != "" {
+				s.parked[h.agg] = true
+			}
+		}
+	}
+	s.advance()
+	return nil
+}
+
+// remove drops items from the held events.
+func (s *session) remove(items []*held) {
+	gone := make(map[*held]bool, len(items))
+	for _, h := range items {
+		gone[h] = true
+	}
+	kept := s.held[:0]
+	for _, h := range s.held {
+		if !gone[h] {
+			kept = append(kept, h)
+		}
+	}
+	clear(s.held[len(kept):])
+	s.held = kept
+	s.advance()
+}

@@ -1,0 +1,414 @@
+package walrelay
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for Setup
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/postgres"
+)
+
+// Errors Setup and Run return, wrapped, for what no retry can fix.
+var (
+	// ErrWALLevel is returned when the server's wal_level is not logical:
+	// set wal_level = logical (postgresql.conf, or ALTER SYSTEM SET
+	// wal_level = logical) and restart PostgreSQL. It is the same error as
+	// outboxhook.ErrWALLevel.
+	ErrWALLevel = store.ErrWALLevel
+	// ErrReplicationRight is returned when the relay's role may not stream
+	// a slot: grant it (ALTER ROLE name REPLICATION) or connect as one that
+	// may.
+	ErrReplicationRight = errors.New("walrelay: the role lacks the REPLICATION right (ALTER ROLE ... REPLICATION)")
+	// ErrSlot is returned for a slot the relay cannot stream: made with
+	// another output plugin than pgoutput, for another database, or
+	// invalidated by the server (wal_status lost: it removed WAL the slot
+	// needed, and events in it are gone). The relay stops rather than skip.
+	ErrSlot = errors.New("walrelay: replication slot unusable")
+	// ErrPublishTimeout is a Publish call that did not return within
+	// Config.PublishTimeout.
+	ErrPublishTimeout = errors.New("walrelay: publish timed out")
+)
+
+// Relay publishes the events outboxhook wrote in the WAL (StorageWAL) from
+// a replication slot. Its methods are safe to call from one goroutine. One
+// Relay streams a slot at a time: others on the same slot (in other
+// processes, for failover) wait to take over (see Run).
+type Relay struct {
+	dsn    string
+	pub    message.Publisher
+	cfg    Config
+	log    *slog.Logger
+	table  ident.Table  // where refused events are parked
+	outbox store.Outbox // its rows: the driver's Insert
+	marker failMarker   // and its mark of failures
+
+	okMu   sync.Mutex
+	lastOK time.Time // when the last successful Publish call began
+}
+
+// New returns a relay that streams the database of dsn (a PostgreSQL URL or
+// keyword/value string; the relay adds replication=database for its
+// streaming connection) and publishes to pub. It checks cfg and dsn but
+// does not connect: Run does.
+func New(dsn string, pub message.Publisher, cfg Config) (*Relay, error) {
+	if pub == nil {
+		return nil, errors.New("walrelay: nil publisher")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg.setDefaults()
+	if _, err := pgconn.ParseConfig(dsn); err != nil {
+		return nil, fmt.Errorf("walrelay: parse dsn: %w", err)
+	}
+	t, err := ident.ParseTable(cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("walrelay: invalid Table: %w", err)
+	}
+	var drv postgres.Driver
+	marker, ok := drv.Relay(t).(failMarker)
+	if !ok {
+		return nil, errors.New("walrelay: the postgres driver does not mark failures")
+	}
+	return &Relay{dsn: dsn, pub: pub, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot),
+		table: t, outbox: drv.Outbox(t), marker: marker}, nil
+}
+
+// Config returns the relay's configuration, defaults applied.
+func (r *Relay) Config() Config { return r.cfg }
+
+// Setup checks that the server can stream the relay's slot (wal_level,
+// [ErrWALLevel]; the REPLICATION right, [ErrReplicationRight]) and creates
+// the publication, the slot ([ErrSlot] for one that exists and cannot be
+// used) and the outbox table refused events are parked in (Config.Table,
+// unpartitioned) when missing. Run calls it; call it beforehand to create
+// the slot before the first event is written: the slot keeps only what is
+// written after it was made.
+func (r *Relay) Setup(ctx context.Context) error {
+	db, err := sql.Open("pgx", r.dsn)
+	if err != nil {
+		return fmt.Errorf("walrelay: open: %w", err)
+	}
+	defer func() { _ = db.Close() }()
+	if err := postgres.CheckWALLevel(ctx, db); err != nil {
+		return fmt.Errorf("walrelay: %w", err)
+	}
+	ok, err := postgres.HasReplicationRight(ctx, db)
+	if err != nil {
+		return fmt.Errorf("walrelay: check replication right: %w", err)
+	}
+	if !ok {
+		return ErrReplicationRight
+	}
+	// Before the slot, which would keep the WAL of its DDL (and the
+	// aggregate locks it fills); from the Config alone, not what New made:
+	// Setup runs without a relay too.
+	t, err := ident.ParseTable(r.cfg.Table)
+	if err != nil {
+		return fmt.Errorf("walrelay: invalid Table: %w", err)
+	}
+	out := postgres.Driver{}.Outbox(t)
+	ok, err = out.Exists(ctx, db)
+	if err == nil && !ok {
+		err = out.Create(ctx, db)
+	}
+	if err == nil {
+		err = out.Check(ctx, db)
+	}
+	if err != nil {
+		return fmt.Errorf("walrelay: outbox table %s: %w", t, err)
+	}
+	if err := postgres.EnsurePublication(ctx, db, r.cfg.Publication); err != nil {
+		return fmt.Errorf("walrelay: create publication %s: %w", r.cfg.Publication, err)
+	}
+	s, err := postgres.EnsureSlot(ctx, db, r.cfg.Slot)
+	if err != nil {
+		return fmt.Errorf("walrelay: create slot %s: %w", r.cfg.Slot, err)
+	}
+	switch {
+	case s.Plugin != "pgoutput":
+		return fmt.Errorf("%w: %s uses plugin %q, not pgoutput", ErrSlot, r.cfg.Slot, s.Plugin)
+	case s.Database != s.CurrentDatabase:
+		return fmt.Errorf("%w: %s decodes database %q, not %q", ErrSlot, r.cfg.Slot, s.Database, s.CurrentDatabase)
+	case s.WALStatus == "lost":
+		return fmt.Errorf("%w: %s was invalidated by the server (wal_status lost, see max_slot_wal_keep_size): "+
+			"events written while it fell behind are gone; drop and create it again", ErrSlot, r.cfg.Slot)
+	}
+	return nil
+}
+
+// Run sets up (Setup) and streams the slot until ctx is cancelled, then
+// reports the position confirmed so far to the server and returns nil. A
+// lost connection or a failing publisher does not stop it: it logs, waits
+// Config.RetryInterval and resumes from the last confirmed position. What
+// Setup finds wrong ([ErrWALLevel], [ErrReplicationRight], [ErrSlot]) does:
+// Run returns it.
+//
+// One relay streams a slot at a time: while another streams it (the server
+// says the slot "is active"), Run waits, trying again every
+// Config.RetryInterval, logging at Info once and at Debug after, and takes
+// over as soon as the other's stream ends.
+func (r *Relay) Run(ctx context.Context) error {
+	waiting := false
+	for {
+		var err error
+		if !waiting { // while waiting for the slot, Setup did its work
+			err = r.Setup(ctx)
+		}
+		if err == nil {
+			err = r.stream(ctx)
+		}
+		select {
+		case <-ctx.Done():
+			return nil // cancelled: err is the cancellation's
+		default:
+		}
+		if errors.Is(err, ErrWALLevel) || errors.Is(err, ErrReplicationRight) || errors.Is(err, ErrSlot) {
+			return err
+		}
+		switch active := slotActive(err); {
+		case active && !waiting:
+			r.log.InfoContext(ctx, "walrelay: slot streamed by another relay; waiting to take over",
+				"error", err, "retry_every", r.cfg.RetryInterval)
+			waiting = true
+		case active:
+			r.log.DebugContext(ctx, "walrelay: slot still streamed by another relay", "error", err)
+		default:
+			waiting = false
+			r.log.WarnContext(ctx, "walrelay: streaming failed; retrying", "error", err, "retry_in", r.cfg.RetryInterval)
+		}
+		if !sleep(ctx, r.cfg.RetryInterval) {
+			return nil
+		}
+	}
+}
+
+// slotActive reports whether err is the server's refusal to stream a slot
+// another session streams (object_in_use, 55006: "replication slot ... is
+// active for PID ...").
+func slotActive(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55006"
+}
+
+// stream streams the slot on a replication connection of its own until ctx
+// is cancelled or the connection fails.
+func (r *Relay) stream(ctx context.Context) error {
+	cfg, err := pgconn.ParseConfig(r.dsn)
+	if err != nil {
+		return fmt.Errorf("walrelay: parse dsn: %w", err)
+	}
+	cfg.RuntimeParams["replication"] = "database"
+	conn, err := pgconn.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("walrelay: connect: %w", err)
+	}
+	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
+	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
+		PluginArgs: postgres.PgoutputArgs(r.cfg.Publication),
+	})
+	if err != nil {
+		return fmt.Errorf("walrelay: start replication: %w", err)
+	}
+	db, err := sql.Open("pgx", r.dsn)
+	if err != nil {
+		return fmt.Errorf("walrelay: open: %w", err)
+	}
+	defer func() { _ = db.Close() }()
+	db.SetMaxOpenConns(2)
+	s := &session{r: r, db: db}
+	if err := s.loadParked(ctx); err != nil {
+		return err
+	}
+	r.log.InfoContext(ctx, "walrelay: streaming")
+	var (
+		reported pglogrepl.LSN
+		next     = time.Now().Add(r.cfg.StatusInterval)
+	)
+	report := func(ctx context.Context) error {
+		if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: s.confirmed}); err != nil {
+			return fmt.Errorf("walrelay: send status: %w", err)
+		}
+		reported = s.confirmed
+		next = time.Now().Add(r.cfg.StatusInterval)
+		return nil
+	}
+	// While the publisher fails, the server still hears from the relay
+	// (wal_sender_timeout would end the stream).
+	due := func() error {
+		if time.Now().Before(next) {
+			return nil
+		}
+		return report(ctx)
+	}
+	defer func() {
+		if s.confirmed > reported {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			defer cancel()
+			if err := report(sctx); err != nil {
+				r.log.WarnContext(ctx, "walrelay: final status not sent", "error", err, "lsn", s.confirmed)
+			}
+		}
+	}()
+	for {
+		if err := due(); err != nil {
+			return err
+		}
+		for s.retryDue() {
+			if err := s.retry(ctx); err != nil {
+				return ended(ctx, err)
+			}
+			if err := due(); err != nil {
+				return err
+			}
+		}
+		deadline := next
+		if len(s.held) > 0 && s.retryAt.Before(deadline) {
+			deadline = s.retryAt
+		}
+		if len(s.held) >= r.cfg.MaxHeld { // read no further until some are settled
+			if !sleep(ctx, time.Until(deadline)) {
+				return nil
+			}
+			continue
+		}
+		rctx, cancel := context.WithDeadline(ctx, deadline)
+		raw, err := conn.ReceiveMessage(rctx)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if pgconn.Timeout(err) {
+				continue
+			}
+			return fmt.Errorf("walrelay: receive: %w", err)
+		}
+		var data []byte
+		switch m := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("walrelay: stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyData:
+			data = m.Data
+		default:
+			continue
+		}
+		if len(data) == 0 {
+			continue
+		}
+		switch data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+			if err != nil {
+				return fmt.Errorf("walrelay: keepalive: %w", err)
+			}
+			s.idle(k.ServerWALEnd)
+			if k.ReplyRequested {
+				next = time.Time{}
+			}
+		case pglogrepl.XLogDataByteID:
+			x, err := pglogrepl.ParseXLogData(data[1:])
+			if err != nil {
+				return fmt.Errorf("walrelay: xlog data: %w", err)
+			}
+			msg, err := pglogrepl.Parse(x.WALData)
+			if err != nil {
+				continue // a message pgoutput sends that pglogrepl does not parse: not Herald's
+			}
+			switch m := msg.(type) {
+			case *pglogrepl.BeginMessage:
+				s.begin()
+			case *pglogrepl.CommitMessage:
+				s.end(m.TransactionEndLSN)
+			case *pglogrepl.LogicalDecodingMessage:
+				if m.Transactional && m.Prefix == r.cfg.Prefix {
+					if err := s.event(ctx, m); err != nil {
+						return ended(ctx, err)
+					}
+				}
+			}
+		}
+	}
+}
+
+// ended is what stream returns for err: nil once ctx is cancelled.
+func ended(ctx context.Context, err error) error {
+	select {
+	case <-ctx.Done():
+		return nil // the error is the cancellation's
+	default:
+		return err
+	}
+}
+
+// SucceededSince reports whether a Publish call of the relay that began at t
+// or later succeeded: a relay.Relay on the table this relay parks refused
+// events in, with the same publisher, takes it as its Config.Confirmer, so
+// that the WAL's traffic confirms the refusals of the events parked there.
+// Safe for concurrent use.
+func (r *Relay) SucceededSince(t time.Time) bool {
+	r.okMu.Lock()
+	defer r.okMu.Unlock()
+	return !r.lastOK.IsZero() && !r.lastOK.Before(t)
+}
+
+// publishOnce calls Publish, within Config.PublishTimeout.
+func (r *Relay) publishOnce(ctx context.Context, topic string, msg *message.Message) error {
+	start := time.Now()
+	err := r.callPublish(ctx, topic, msg)
+	if err == nil {
+		r.okMu.Lock()
+		if start.After(r.lastOK) {
+			r.lastOK = start
+		}
+		r.okMu.Unlock()
+	}
+	return err
+}
+
+// callPublish calls Publish, within Config.PublishTimeout.
+func (r *Relay) callPublish(ctx context.Context, topic string, msg *message.Message) error {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- fmt.Errorf("walrelay: publisher panicked: %v", p)
+			}
+		}()
+		done <- r.pub.Publish(topic, msg)
+	}()
+	t := time.NewTimer(r.cfg.PublishTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		return fmt.Errorf("%w after %v", ErrPublishTimeout, r.cfg.PublishTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// sleep waits d, or until ctx is done (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
