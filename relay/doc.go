@@ -22,8 +22,8 @@
 // the same batch, in the same process, that started after the failed call
 // returned succeeded, so the publisher worked after the failure and the
 // failure is the event's own (or, with Config.Confirmer, a publish call
-// that the Confirmer saw succeed began after it: the WAL relay whose parked
-// events the relay publishes). Only this process's monotonic clock decides
+// that the Confirmer saw succeed began after it, within 500ms of it: the
+// WAL relay whose parked events the relay publishes). Only this process's monotonic clock decides
 // that; the application's and the database's clocks are never compared.
 // After MaxAttempts strikes the event is dead: kept, with dead_at and the
 // reason, until it is requeued (admin.Outbox.Requeue and the rest).

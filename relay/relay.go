@@ -527,6 +527,7 @@ func (r *Relay) mark(ctx context.Context, b store.Batch, out *outcome) (lost, er
 // It returns the ids that went dead and sets out.failedAt to the database's
 // time of the marks.
 func (r *Relay) markFailed(ctx context.Context, b store.Batch, out *outcome) (map[string]bool, error) {
+	r.awaitConfirmer(ctx, out)
 	fs := make([]store.Failure, len(out.failed))
 	dead := map[string]bool{}
 	for i, f := range out.failed {
@@ -553,6 +554,46 @@ func (r *Relay) markFailed(ctx context.Context, b store.Batch, out *outcome) (ma
 	out.failedAt = at
 	r.m.died(len(dead))
 	return dead, nil
+}
+
+// confirmWait bounds how long a batch whose failures nothing of its own
+// confirmed waits for the Config.Confirmer to see a later publish succeed
+// (the WAL relay publishes the stream's next events within milliseconds
+// while there is traffic).
+const confirmWait = 500 * time.Millisecond
+
+// awaitConfirmer waits, when the relay has a Confirmer, until it confirms
+// every failure of out that nothing else confirmed, or confirmWait passed,
+// or ctx is done: the Confirmer's publishes run beside the batch, and the
+// one that follows a failure may come a few milliseconds after it.
+func (r *Relay) awaitConfirmer(ctx context.Context, out *outcome) {
+	if r.cfg.Confirmer == nil {
+		return
+	}
+	unconfirmed := func() bool {
+		for _, f := range out.failed {
+			if !f.poison && !f.rejected && !out.ev.confirms(f.end) && !r.cfg.Confirmer.SucceededSince(f.end) {
+				return true
+			}
+		}
+		return false
+	}
+	if !unconfirmed() {
+		return
+	}
+	wait := time.NewTimer(confirmWait)
+	defer wait.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for unconfirmed() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-wait.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // markFailures writes the failure marks fs in the batch so that none of them
