@@ -96,6 +96,7 @@ type host struct {
 	longErr                  atomic.Value // string
 	holds, pauses            atomic.Int64
 	requeued, purged         atomic.Int64
+	wrongDead                atomic.Int64 // dead events not poisoned, seen by the operator before a requeue
 	mu                       sync.Mutex
 	freezes                  []freeze // the relays' pauses, when they ended
 	opErrs                   atomic.Int64
@@ -203,6 +204,9 @@ func (h *host) operatorLoop(ctx context.Context) {
 			n   int64
 			err error
 		)
+		if i%4 != 3 {
+			h.noteDead(ctx)
+		}
 		switch i % 4 {
 		case 0:
 			n, err = h.adm.RequeueAll(ctx)
@@ -233,6 +237,27 @@ func (h *host) operatorLoop(ctx context.Context) {
 		}
 	}
 }
+
+// noteDead counts and prints, before a requeue, the dead events the operator
+// sees that were not poisoned (their last error is not the poisoned
+// refusal): a wrong death, which the requeue would hide from the final
+// ledger, the later versions of its account published before it.
+func (h *host) noteDead(ctx context.Context) {
+	dead, err := h.adm.Dead(ctx, admin.DeadFilter{}, 1000)
+	if err != nil {
+		return
+	}
+	for _, d := range dead {
+		if !strings.Contains(d.LastError, poisonedText) {
+			h.wrongDead.Add(1)
+			fmt.Fprintf(os.Stderr, "chaos: operator: event %s (%s version %d) dead, not poisoned: %d attempts, %d strikes, last error %q\n",
+				d.ID, d.Aggregate(), d.Version, d.Attempts, d.Strikes, d.LastError)
+		}
+	}
+}
+
+// deathsOK reports whether the operator saw no wrong death.
+func (h *host) deathsOK() bool { return h.wrongDead.Load() == 0 }
 
 // pauseLoop stops a random relay process with SIGSTOP every o.pauseEvery for
 // 1.5 times its lease, then resumes it with SIGCONT.
@@ -440,6 +465,7 @@ func (h *host) rows(row func(string, any), saves *saveStats) {
 	}
 	if h.o.operator > 0 {
 		row("operator: events requeued, dead purged, refusals", fmt.Sprintf("%d, %d, %d", h.requeued.Load(), h.purged.Load(), h.opErrs.Load()))
+		row("operator: dead events seen that were not poisoned (must be 0)", h.wrongDead.Load())
 	}
 	if h.o.pauseEvery > 0 {
 		row("relays stopped (SIGSTOP) for 1.5 leases, then resumed", h.pauses.Load())

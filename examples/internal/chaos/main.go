@@ -53,7 +53,8 @@
 // At the end it checks every committed event's effect happened exactly once
 // (the poisoned excepted), no event of a rolled-back transaction was ever
 // seen, per-aggregate order in the streams was never violated, the dead events
-// are exactly the poisoned ones (none without -poison), and the outbox drained
+// are exactly the poisoned ones (none without -poison; with -operator-every,
+// also every dead event the operator sees before a requeue), and the outbox drained
 // within 30s of the last write; it prints a table and exits 1 on any
 // violation. A poisoned event dies of confirmed failures, which only later
 // publishes confirm: after the faults, light traffic (20 saves/s) goes on

@@ -574,7 +574,7 @@ func orchestrate(args []string) (bool, error) {
 		mode, unorderedViolations, v.violations = "unordered", v.violations, 0
 	}
 	h.settleSaves(saves)
-	ok := v.ok() && drained && h.savesOK(saves)
+	ok := v.ok() && drained && h.savesOK(saves) && h.deathsOK()
 	brokerName := "NATS JetStream"
 	switch brokerKind(o.broker) {
 	case "kafka":

@@ -161,11 +161,14 @@ const poisonKey = "chaos_poison"
 // refuses the one, every database the other). refusedPrefix is how the stored
 // last_error of a refusal begins.
 var (
-	errPoisoned = errors.New("chaos: poisoned event refused \x00 \xff\xfe")
+	errPoisoned = errors.New(poisonedText + " \x00 \xff\xfe")
 	errRefused  = errors.New(refusedPrefix + " \x00 \xff")
 )
 
 const refusedPrefix = "chaos: topic refused for a while"
+
+// poisonedText begins the error of a poisoned event's refusal.
+const poisonedText = "chaos: poisoned event refused"
 
 // partitionedConfig is cfg with retention by partition drop, quickly: 2s
 // ranges, kept 3s, maintained every second.
