@@ -19,12 +19,6 @@ import (
 // A table relay takes a WAL relay as its Config.Confirmer.
 var _ relay.Confirmer = (*Relay)(nil)
 
-// failMarker records failures on outbox rows: the table relay's mark of the
-// PostgreSQL driver, which the relay reuses for the rows it parks.
-type failMarker interface {
-	MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error)
-}
-
 // held is an event of the stream the relay has not settled: its publish
 // failed and nothing yet told whether the failure is its own or the
 // broker's, or (ordered mode) it waits behind such an event of its

@@ -50,9 +50,9 @@ type Relay struct {
 	pub    message.Publisher
 	cfg    Config
 	log    *slog.Logger
-	table  ident.Table  // where refused events are parked
-	outbox store.Outbox // its rows: the driver's Insert
-	marker failMarker   // and its mark of failures
+	table  ident.Table         // where refused events are parked
+	outbox store.Outbox        // its rows: the driver's Insert
+	marker postgres.FailMarker // and its mark of failures
 
 	okMu   sync.Mutex
 	lastOK time.Time // when the last successful Publish call began
@@ -78,12 +78,8 @@ func New(dsn string, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("walrelay: invalid Table: %w", err)
 	}
 	var drv postgres.Driver
-	marker, ok := drv.Relay(t).(failMarker)
-	if !ok {
-		return nil, errors.New("walrelay: the postgres driver does not mark failures")
-	}
 	return &Relay{dsn: dsn, pub: pub, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot),
-		table: t, outbox: drv.Outbox(t), marker: marker}, nil
+		table: t, outbox: drv.Outbox(t), marker: postgres.NewFailMarker(t)}, nil
 }
 
 // Config returns the relay's configuration, defaults applied.

@@ -259,6 +259,15 @@ func MessageRow(content []byte) (store.Row, error) {
 	}, nil
 }
 
+// FailMarker records failures on the rows of one outbox table: the table
+// relay's mark, which the WAL relay reuses for the events it parks.
+type FailMarker interface {
+	MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error)
+}
+
+// NewFailMarker returns the failure mark of the outbox table t.
+func NewFailMarker(t ident.Table) FailMarker { return newRelay(t) }
+
 // The WAL relay's statements on the outbox table, in ordered mode: which
 // aggregates have events in it not yet published or dead, whose later
 // events it parks behind them.
