@@ -79,6 +79,19 @@ type Config struct {
 	// slot until some are published or parked. Defaults to 1000
 	// (DefaultMaxHeld).
 	MaxHeld int
+	// Parked, when set, is the configuration of a table relay (relay.New)
+	// that the relay runs itself over Table while it streams the slot, with
+	// itself as the table relay's Confirmer: it retries and dead-letters
+	// the events parked there. With several relays on one slot (one streams,
+	// the others wait to take over) only the streaming one runs it, so that
+	// its publishes confirm every parked failure; a table relay run beside
+	// each, as the alternative, confirms nothing while its process's relay
+	// waits. Its Table and Ordered must be unset or match this Config's,
+	// its Confirmer unset; it connects with the relay's DSN, on a pool of
+	// its own of at most 4 connections, opened when the stream starts and
+	// closed when it ends. Defaults to nil: run a table relay on Table
+	// yourself, with this relay as its Confirmer.
+	Parked *relay.Config
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -111,6 +124,17 @@ func (c *Config) setDefaults() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.Parked != nil {
+		p := *c.Parked
+		if p.Table == "" {
+			p.Table = c.Table
+		}
+		p.Ordered = p.Ordered || c.Ordered
+		if p.Logger == nil {
+			p.Logger = c.Logger
+		}
+		c.Parked = &p
+	}
 }
 
 var name = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
@@ -140,6 +164,21 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHeld < 0 {
 		errs = append(errs, fmt.Errorf("MaxHeld is %d, must be positive", c.MaxHeld))
+	}
+	if p := c.Parked; p != nil {
+		pt, perr := ident.ParseTable(p.Table)
+		if ct, err := ident.ParseTable(c.Table); err == nil && perr == nil && pt.String() != ct.String() {
+			errs = append(errs, fmt.Errorf("Parked.Table %q is not Table %q", p.Table, c.Table))
+		}
+		if p.Ordered != c.Ordered {
+			errs = append(errs, errors.New("Parked.Ordered is set, Ordered is not: a parked aggregate's later events would not wait behind it"))
+		}
+		if p.Confirmer != nil {
+			errs = append(errs, errors.New("Parked.Confirmer is set: the relay confirms the parked relay's failures itself"))
+		}
+		if err := p.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("Parked: %w", err))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("walrelay: invalid config: %w", err)

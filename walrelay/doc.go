@@ -46,17 +46,19 @@
 // parks it, writing it as an ordinary row of the outbox table
 // (Config.Table, the table mode's, created when missing) with the driver's
 // insert, its attempt counted (attempts and strikes 1), its last error, due
-// at once. A table relay on that table (relay.New, run alongside) retries
-// it with its backoff and, at its MaxAttempts-th strike, makes it dead,
-// where the admin package and the herald command show it: without one,
-// parked events stay in the table. Give that table relay this relay as its
-// relay.Config.Confirmer (in the same process, with the same publisher): a
-// strike is a confirmed failure, and the table holds little else to
-// confirm one; the WAL's publishes do. Without it an event whose refusal
-// does not wrap relay.ErrRejected is retried every MaxBackoff, for ever; and
-// only the relay that streams the slot publishes, so with several instances
-// such an event parked in a partition of an instance whose WAL relay waits
-// is retried until that instance streams. The slot's position moves past an event
+// at once. A table relay on that table retries it with its backoff and, at
+// its MaxAttempts-th strike, makes it dead, where the admin package and the
+// herald command show it: without one, parked events stay in the table.
+// With Config.Parked the relay runs that table relay itself while it
+// streams the slot, with itself as its relay.Config.Confirmer: a strike is
+// a confirmed failure, the table holds little else to confirm one, and the
+// WAL's publishes do; with several relays on one slot only the streaming
+// one runs it. A table relay run beside each instance instead (relay.New,
+// this relay as its Confirmer, the same publisher) confirms nothing while
+// its instance's relay waits for the slot: an event whose refusal does not
+// wrap relay.ErrRejected parked in one of its partitions is retried, not
+// killed, until that instance streams (without a Confirmer, for ever).
+// The slot's position moves past an event
 // only once it was published or its row committed.
 //
 // A failure is the event's own, and the event parked, when the publisher's

@@ -15,9 +15,14 @@ import (
 	"github.com/jackc/pgx/v5/pgproto3"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for Setup
 
+	gormpg "gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/relay"
 )
 
 // Errors Setup and Run return, wrapped, for what no retry can fix.
@@ -229,6 +234,12 @@ func (r *Relay) stream(ctx context.Context) error {
 		return err
 	}
 	r.log.InfoContext(ctx, "walrelay: streaming")
+	if r.cfg.Parked != nil { // its table relay, while this stream lasts
+		pctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		wg.Go(func() { r.runParked(pctx) })
+		defer func() { stop(); wg.Wait() }()
+	}
 	var (
 		reported pglogrepl.LSN
 		next     = time.Now().Add(r.cfg.StatusInterval)
@@ -338,6 +349,48 @@ func (r *Relay) stream(ctx context.Context) error {
 		}
 	}
 }
+
+// runParked runs the table relay of Config.Parked over Config.Table, with
+// this relay as its Confirmer, until ctx is done (the stream ended),
+// starting it again after Config.RetryInterval should it stop on an error.
+func (r *Relay) runParked(ctx context.Context) {
+	cfg := *r.cfg.Parked
+	cfg.Confirmer = r
+	for {
+		err := r.parkedOnce(ctx, cfg)
+		if ctx.Err() != nil {
+			return
+		}
+		r.log.ErrorContext(ctx, "walrelay: the relay of the parked events stopped; starting it again",
+			"error", err, "table", r.table.String(), "retry_in", r.cfg.RetryInterval)
+		if !sleep(ctx, r.cfg.RetryInterval) {
+			return
+		}
+	}
+}
+
+// parkedOnce opens the parked relay's pool and runs it until ctx is done or
+// it fails.
+func (r *Relay) parkedOnce(ctx context.Context, cfg relay.Config) error {
+	sqlDB, err := sql.Open("pgx", r.dsn)
+	if err != nil {
+		return fmt.Errorf("walrelay: open: %w", err)
+	}
+	defer func() { _ = sqlDB.Close() }()
+	sqlDB.SetMaxOpenConns(parkedConns)
+	db, err := gorm.Open(gormpg.New(gormpg.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		return fmt.Errorf("walrelay: open: %w", err)
+	}
+	tr, err := relay.New(db, r.pub, cfg)
+	if err != nil {
+		return fmt.Errorf("walrelay: parked relay: %w", err)
+	}
+	return tr.Run(ctx)
+}
+
+// parkedConns bounds the parked relay's pool (Config.Parked).
+const parkedConns = 4
 
 // ended is what stream returns for err: nil once ctx is cancelled.
 func ended(ctx context.Context, err error) error {

@@ -293,7 +293,9 @@ func walRelay(ctx context.Context, db *gorm.DB, dbURL, schema string, pub messag
 	if err != nil {
 		return nil, nil, err
 	}
-	cfg := walrelay.Config{Slot: schema, Publication: schema}
+	// Parked: the relay retries and dead-letters what the broker refused
+	// (parked in the outbox table) itself, while it streams.
+	cfg := walrelay.Config{Slot: schema, Publication: schema, Parked: &relay.Config{}}
 	if _, err := walrelay.Drop(ctx, sqlDB, cfg); err != nil {
 		return nil, nil, err
 	}

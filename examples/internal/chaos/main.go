@@ -48,7 +48,8 @@
 // -storage wal writes the events in PostgreSQL's WAL (outboxhook.StorageWAL)
 // on a private server at wal_level=logical, which the run restarts once; each
 // relay process runs walrelay (one streams the slot, the others wait to take
-// over) beside the table relay that publishes the events walrelay parked.
+// over), which runs, while it streams, the table relay of the events it
+// parked (walrelay.Config.Parked).
 //
 // At the end it checks every committed event's effect happened exactly once
 // (the poisoned excepted), no event of a rolled-back transaction was ever

@@ -137,7 +137,7 @@ func parseOptions(args []string) (options, error) {
 	fs.IntVar(&o.crashOneIn, "crash-one-in", 400, "a relay kills itself after one successful Publish call in this many")
 	fs.BoolVar(&o.unordered, "unordered", false, "run the relays in unordered mode (order violations are then reported, not failures)")
 	fs.StringVar(&o.broker, "broker", "nats", "the relays' publisher: nats (watermill-nats' JetStream publisher), natsjs (Herald's, publishers/natsjs: pipelined, a result per message) or kafka (Herald's, publishers/kafka, to an in-process kfake cluster; consumers read with watermill-kafka)")
-	fs.StringVar(&o.storage, "storage", "table", "where the events are written: table (the outbox table) or wal (PostgreSQL's WAL, outboxhook.StorageWAL, published by walrelay from a slot, refused events parked in the table for the table relay; on a private server at wal_level=logical, which the run restarts once)")
+	fs.StringVar(&o.storage, "storage", "table", "where the events are written: table (the outbox table) or wal (PostgreSQL's WAL, outboxhook.StorageWAL, published by walrelay from a slot, refused events parked in the table for the table relay the streaming walrelay runs; on a private server at wal_level=logical, which the run restarts once)")
 	fs.IntVar(&o.poison, "poison", 0, "events the relays' publisher always refuses: exactly these must end dead")
 	fs.IntVar(&o.relay.maxAttempts, "max-attempts", 5, "the relays' MaxAttempts: small, so that deaths can happen")
 	fs.DurationVar(&o.relay.minBackoff, "min-backoff", 100*time.Millisecond, "the relays' MinBackoff")
@@ -590,7 +590,7 @@ func orchestrate(args []string) (bool, error) {
 	row("database", describeKind(dbase, o.poll))
 	if walServer != nil {
 		row("storage", "PostgreSQL's WAL (outboxhook.StorageWAL) on the run's own server at wal_level=logical, restarted once at 3/5 of the run; "+
-			"walrelay in each relay process (one streams the slot, the others wait to take over), refused events parked in the table for the table relay")
+			"walrelay in each relay process (one streams the slot, the others wait to take over), refused events parked in the table for the table relay the streaming one runs")
 	}
 	pace := "as fast as they go"
 	if o.writeRate > 0 {

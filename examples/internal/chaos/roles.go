@@ -322,28 +322,16 @@ func runRelay(ctx context.Context) error {
 		return r.Run(ctx)
 	}
 	// -storage wal: the WAL relay publishes from the slot (one process at
-	// a time: the others wait to take over), and the table relay the
-	// events it parked, their failures confirmed by the WAL relay's
-	// publishes.
+	// a time: the others wait to take over), and, while it streams, runs
+	// the table relay of the events it parked (walrelay.Config.Parked),
+	// their failures confirmed by its publishes.
 	wcfg := walConfig(rcfg.Ordered)
-	wcfg.PublishTimeout, wcfg.Logger = e.relay.publishTimeout, quiet()
+	wcfg.PublishTimeout, wcfg.Logger, wcfg.Parked = e.relay.publishTimeout, quiet(), &rcfg
 	wr, err := walrelay.New(e.dsn, pub, wcfg)
 	if err != nil {
 		return err
 	}
-	rcfg.Confirmer = wr
-	r, err := relay.New(db, pub, rcfg)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, 2)
-	go func() { errs <- wr.Run(ctx) }()
-	go func() { errs <- r.Run(ctx) }()
-	err = <-errs
-	cancel()
-	return errors.Join(err, <-errs)
+	return wr.Run(ctx)
 }
 
 // walConfig is the WAL relay's configuration in -storage wal (the run's
