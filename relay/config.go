@@ -54,9 +54,9 @@ type Config struct {
 	// shares its publisher: the table then holds little else, and nothing in
 	// its own batches would confirm a refusal that does not wrap
 	// ErrRejected. A batch with failures nothing else confirmed waits up
-	// to 500ms for the Confirmer before it marks them (in unordered mode
-	// its claim's row locks are held that much longer). Defaults to nil:
-	// only this relay's own calls confirm.
+	// to 500ms (at most PublishTimeout) for the Confirmer before it marks
+	// them (in unordered mode its claim's row locks are held that much
+	// longer). Defaults to nil: only this relay's own calls confirm.
 	Confirmer Confirmer
 	// MinBackoff and MaxBackoff bound the default retry policy's wait before
 	// retrying a failed event: after its n-th failed attempt it waits

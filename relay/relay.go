@@ -563,7 +563,8 @@ func (r *Relay) markFailed(ctx context.Context, b store.Batch, out *outcome) (ma
 const confirmWait = 500 * time.Millisecond
 
 // awaitConfirmer waits, when the relay has a Confirmer, until it confirms
-// every failure of out that nothing else confirmed, or confirmWait passed,
+// every failure of out that nothing else confirmed, or confirmWait (at most
+// PublishTimeout, so that a short lease is not lost to it) passed,
 // or ctx is done: the Confirmer's publishes run beside the batch, and the
 // one that follows a failure may come a few milliseconds after it.
 func (r *Relay) awaitConfirmer(ctx context.Context, out *outcome) {
@@ -581,7 +582,7 @@ func (r *Relay) awaitConfirmer(ctx context.Context, out *outcome) {
 	if !unconfirmed() {
 		return
 	}
-	wait := time.NewTimer(confirmWait)
+	wait := time.NewTimer(min(confirmWait, r.cfg.PublishTimeout))
 	defer wait.Stop()
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
