@@ -168,16 +168,16 @@ func (c Config) Validate() error {
 	if p := c.Parked; p != nil {
 		pt, perr := ident.ParseTable(p.Table)
 		if ct, err := ident.ParseTable(c.Table); err == nil && perr == nil && pt.String() != ct.String() {
-			errs = append(errs, fmt.Errorf("Parked.Table %q is not Table %q", p.Table, c.Table))
+			errs = append(errs, fmt.Errorf("invalid Parked: its Table %q is not Table %q", p.Table, c.Table))
 		}
 		if p.Ordered != c.Ordered {
-			errs = append(errs, errors.New("Parked.Ordered is set, Ordered is not: a parked aggregate's later events would not wait behind it"))
+			errs = append(errs, errors.New("invalid Parked: its Ordered is set, Ordered is not (a parked aggregate's later events would not wait behind it)"))
 		}
 		if p.Confirmer != nil {
-			errs = append(errs, errors.New("Parked.Confirmer is set: the relay confirms the parked relay's failures itself"))
+			errs = append(errs, errors.New("invalid Parked: its Confirmer is set (the relay confirms the parked relay's failures itself)"))
 		}
 		if err := p.Validate(); err != nil {
-			errs = append(errs, fmt.Errorf("Parked: %w", err))
+			errs = append(errs, fmt.Errorf("invalid Parked: %w", err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
