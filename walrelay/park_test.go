@@ -482,12 +482,7 @@ func TestParkedPlainRefusalDies(t *testing.T) {
 	})
 	stopWriting()
 	wg.Wait()
-	waitFor(t, "the table drained", func() bool {
-		return count(t, db, `SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL`) == 0
-	})
-	if n := count(t, db, `SELECT count(*) FROM outbox_messages WHERE dead_at IS NOT NULL AND type <> 'poison'`); n != 0 {
-		t.Fatalf("%d events died that were not refused", n)
-	}
+	drainedOnlyRefusedDead(t, db)
 	// Each aggregate's events in order, the refused ones missing.
 	for agg, ns := range byAgg(c.deliveries()) {
 		if !slices.IsSorted(ns) {
@@ -611,5 +606,17 @@ func TestTakeoverKeepsParked(t *testing.T) {
 	}
 	if got := byAgg(c.deliveries()); !slices.Equal(got["a0"], []int{0}) || !slices.Equal(got["a1"], []int{0, 1}) {
 		t.Fatalf("published %v", got)
+	}
+}
+
+// drainedOnlyRefusedDead waits for the outbox table to drain (every row
+// published or dead) and checks that only the refused events died.
+func drainedOnlyRefusedDead(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	waitFor(t, "the table drained", func() bool {
+		return count(t, db, `SELECT count(*) FROM outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL`) == 0
+	})
+	if n := count(t, db, `SELECT count(*) FROM outbox_messages WHERE dead_at IS NOT NULL AND type <> 'poison'`); n != 0 {
+		t.Fatalf("%d events died that were not refused", n)
 	}
 }
