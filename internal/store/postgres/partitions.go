@@ -37,6 +37,14 @@ func (r *relay) CleanupDefault(ctx context.Context, db *sql.DB, olderThan time.D
 // creation or drop takes: writers and claims queue behind it meanwhile.
 const partitionLockTimeout = 200 * time.Millisecond
 
+// partitionHoldTimeout bounds how long the partition DDL's transaction may
+// hold the outbox's strong lock without working: a relay process stopped
+// (SIGSTOP, a VM freeze) or starved of CPU between its statements, the lock
+// held, stops every writer; the server ends the session after this long
+// idle in the transaction (idle_in_transaction_session_timeout), or a
+// statement after this long (statement_timeout), and the lock is released.
+const partitionHoldTimeout = 500 * time.Millisecond
+
 func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error) {
 	var now time.Time
 	if err := store.QueryRow(ctx, db, `SELECT now()`, nil, &now); err != nil {
@@ -108,12 +116,16 @@ WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'D
 // partitionLockTimeout: DDL that takes a strong lock of the outbox at run
 // time queues behind any reader of the table (a pg_dump), and every writer
 // queues behind it meanwhile, so it waits briefly and is tried again later.
+// Once it has the lock, the server ends it after partitionHoldTimeout idle
+// or in one statement: a stopped relay never holds the writers back longer.
 func lockTimeoutTx(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SET LOCAL lock_timeout = '%dms'`, partitionLockTimeout.Milliseconds())); err != nil {
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SELECT set_config('lock_timeout', '%dms', true),
+  set_config('idle_in_transaction_session_timeout', '%[2]dms', true), set_config('statement_timeout', '%[2]dms', true)`,
+		partitionLockTimeout.Milliseconds(), partitionHoldTimeout.Milliseconds())); err != nil {
 		_ = tx.Rollback()
 		return nil, err
 	}
