@@ -36,6 +36,7 @@ type hostOptions struct {
 	pauseEvery  time.Duration // how often a relay is stopped past its lease (0: never)
 	relayPool   int           // the relays' MaxOpenConns (0: the driver's default)
 	partitions  bool          // PostgreSQL: relays with retention by partition drop
+	keep        time.Duration // relays' Retention (not with partitions): published rows kept for the ledger
 	slowSave    time.Duration // a save slower than this counts as held back
 	judgedSaves bool          // slow or failed saves fail the run
 }

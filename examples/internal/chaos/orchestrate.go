@@ -151,6 +151,7 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.host.pauseEvery, "pause-every", 0, "about how often a relay process is stopped (SIGSTOP) for 1.5 leases and then resumed (0: never)")
 	fs.IntVar(&o.host.relayPool, "relay-pool", 0, "the relays' connection pool size (MaxOpenConns; 0: unlimited, SQLite 1)")
 	fs.BoolVar(&o.host.partitions, "partitions", false, "PostgreSQL: relays keep published events 3s and drop whole partitions of 2s ranges (DropPartitions), maintained every second")
+	fs.DurationVar(&o.host.keep, "keep", 0, "the relays keep published events this long (relay.Config.Retention), so that an order violation's rows can still be described at the end (0: deleted when published; not with -partitions)")
 	fs.DurationVar(&o.host.slowSave, "slow-save", time.Second, "a writer's save slower than this counts as held back")
 	fs.BoolVar(&o.host.judgedSaves, "judge-saves", false, "fail the run when a writer's save is slower than -slow-save")
 	if err := fs.Parse(args); err != nil {
@@ -355,7 +356,7 @@ func orchestrate(args []string) (bool, error) {
 				ce := e
 				ce.id = c.id
 				cmd.Env = append(os.Environ(), append(ce.vars(), fmt.Sprintf("CHAOS_CRASH_ONE_IN=%d", o.crashOneIn), fmt.Sprintf("CHAOS_UNORDERED=%t", o.unordered),
-					fmt.Sprintf("CHAOS_RELAY_POOL=%d", o.host.relayPool), fmt.Sprintf("CHAOS_PARTITIONS=%t", o.host.partitions),
+					fmt.Sprintf("CHAOS_RELAY_POOL=%d", o.host.relayPool), fmt.Sprintf("CHAOS_PARTITIONS=%t", o.host.partitions), "CHAOS_KEEP="+o.host.keep.String(),
 					"CHAOS_BROKER="+o.broker, "CHAOS_STORAGE="+o.storage)...)
 				cmd.Stderr = os.Stderr
 				c.mu.Lock()

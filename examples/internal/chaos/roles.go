@@ -304,6 +304,8 @@ func runRelay(ctx context.Context) error {
 	rcfg.Channel, rcfg.Logger = "chaos", quiet()
 	if os.Getenv("CHAOS_PARTITIONS") == "true" {
 		rcfg = partitionedConfig(rcfg)
+	} else if keep, _ := time.ParseDuration(os.Getenv("CHAOS_KEEP")); keep > 0 {
+		rcfg.Retention = keep
 	}
 	if n, _ := strconv.Atoi(os.Getenv("CHAOS_RELAY_POOL")); n > 0 {
 		s, err := db.DB()
