@@ -47,9 +47,15 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
 		// of the ordered index (seq) starts at the partitions' position ($4);
 		// "waiting" is where and when the earliest of their events waiting for
 		// a retry is, for the claim that will have to start there.
+		// A pending event below the scan's start ($4) blocks its aggregate
+		// too, due or not: the start was chosen by this process's clock
+		// before the claim's now(), and a retry that came due in between
+		// (the claim waited for a connection, the process was stopped)
+		// lies below it; its aggregate's later events wait for the claim
+		// that starts there.
 		q.ordered[check] = fr.Replace(rep.Replace(`WITH blocked AS MATERIALIZED (
   SELECT aggregate_type, aggregate_id, min(seq) AS seq FROM {t}
-  WHERE {pending} AND available_at > now() AND aggregate_id <> ''
+  WHERE {pending} AND (available_at > now() OR seq < $4::bigint) AND aggregate_id <> ''
   GROUP BY aggregate_type, aggregate_id),
 waiting AS MATERIALIZED (
   SELECT min(o.seq) AS seq, min(o.available_at) AS at FROM {t} o
