@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// An ordered claim chooses where it starts by this process's clock, before
+// the database's now() decides what is due. A retry that came due in between
+// (the claim waited for a pool connection; the process was stopped or
+// starved) lies below the start, so the claim neither scans it nor, before
+// the fix, counted it among the blocked: its aggregate's later events were
+// claimed, and published, first (the chaos run's host-fault order
+// violation). Here the process's clock lags the database's: the retry is due
+// by the database's, not yet by the relay's.
+func TestOrderedClaimBlocksBehindARetryBelowItsStart(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, dsn := pgtest.Schema(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	tbl := ident.MustTable("outbox_messages")
+	o := newOutbox(tbl)
+	if err := o.Create(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	r := newRelay(tbl)
+	if err := r.Create(ctx, db, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	// This process's clock, stepped by the test.
+	var (
+		mu    sync.Mutex
+		local = time.Now()
+	)
+	r.pos.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return local }
+	step := func(d time.Duration) { mu.Lock(); local = local.Add(d); mu.Unlock() }
+
+	insert := func(version int) string {
+		t.Helper()
+		ev := store.Row{ID: uuid.NewString(), Type: "t", Version: version, AggregateType: "account", AggregateID: "a",
+			Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
+		if _, _, err := o.Insert(ctx, db, []store.Row{ev}, false); err != nil {
+			t.Fatal(err)
+		}
+		return ev.ID
+	}
+	owned := []int32{0}
+	claim := func(limit int) []int {
+		t.Helper()
+		step(frontierEvery + time.Millisecond) // each claim reads the frontier
+		rows, err := r.claimOrdered(ctx, db, limit, 1, owned, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vs []int
+		for _, c := range rows {
+			vs = append(vs, c.Version)
+		}
+		return vs
+	}
+
+	v1 := insert(1)
+	insert(2)
+	if got := claim(1); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("first claim: versions %v, want [1]", got)
+	}
+	const delay = 300 * time.Millisecond
+	if _, err := r.MarkFailed(ctx, db, []store.Failure{{ID: v1, Err: "refused", Delay: delay}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	// Version 1 waits for its retry, version 2 behind it; a claim that reads
+	// the frontier settles what the first saw, and the position moves past
+	// both (the retry's wait will make claims start at it again).
+	if got := claim(10); len(got) != 0 {
+		t.Fatalf("claim while the retry waits: versions %v, want none", got)
+	}
+	if got := claim(10); len(got) != 0 {
+		t.Fatalf("claim while the retry waits: versions %v, want none", got)
+	}
+	insert(3) // above the position
+	// The retry comes due by the database's clock; the relay's has moved on
+	// by less than the delay.
+	time.Sleep(delay + 100*time.Millisecond)
+	if got := claim(10); len(got) != 0 {
+		t.Fatalf("claim from above the due retry (by the database's clock, not yet by the relay's): versions %v, want none: version 3 before 1 and 2", got)
+	}
+	step(delay) // the retry is due by the relay's clock too
+	if got := claim(10); len(got) != 3 || got[0] != 1 || got[1] != 2 || got[2] != 3 {
+		t.Fatalf("claim once the retry is due by both clocks: versions %v, want [1 2 3]", got)
+	}
+}
