@@ -24,6 +24,7 @@ import (
 var adminTests = []namedTest{
 	{"PurgeRacingRequeueKeepsTheEvents", testAdminPurgeRacingRequeue},
 	{"OperatorLeavesClaimedRowsAlone", testAdminLeavesClaimedRowsAlone},
+	{"OperatorDoesNotWaitForABatchThatTookEveryDueEvent", testAdminPastTheClaimsEnd},
 }
 
 // Issue 19, item 1: two events dead for two days; an operator's transaction
@@ -221,5 +222,61 @@ func testAdminLeavesClaimedRowsAlone(t *testing.T, dl testkit.Dialect) {
 				t.Fatalf("claimed event %s: due in %v before the operator's writes, %v after", id, before[id], after[id])
 			}
 		}
+	})
+}
+
+// Issue 19, item 1: a batch that claimed every due event and publishes for
+// minutes; the operator requeues and purges dead events meanwhile, and none
+// of it waits for the batch. On MySQL the claim's locking scan of the index
+// of pending events reads the entry after the due ones and keeps its lock to
+// the batch's end, even at READ COMMITTED: with 0001's index that entry was
+// the first dead (or processed) row, and its purge or requeue waited for the
+// publishes (0006_queue_index puts those rows before the pending ones). The
+// dead events outnumber the due ones, so that the claim reads the index.
+func testAdminPastTheClaimsEnd(t *testing.T, dl testkit.Dialect) {
+	forModes(t, func(t *testing.T, ordered bool) {
+		e := newRelayEnv(t, dl)
+		var evs []uuid.UUID
+		for _, x := range e.write(24, 1) {
+			evs = append(evs, x[0])
+		}
+		dead := evs[3:]
+		for i, id := range dead {
+			dl.KillEvent(t, e.db, id, time.Duration(len(dead)-i)*time.Hour, "old")
+		}
+		blocked := testkit.NewBlocking(t)
+		const pt = 2 * time.Minute
+		r := e.relay(e.open(), blocked, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond,
+			PublishTimeout: pt, LeaseDuration: 10 * pt, BatchSize: 10})
+		e.run(r)
+		t.Cleanup(blocked.Release) // before the relay is stopped
+		select {
+		case <-blocked.Entered():
+		case <-time.After(10 * time.Second):
+			t.Fatal("the relay never published")
+		}
+		ctx := context.Background()
+		o, err := admin.Open(ctx, e.open(), admin.Config{})
+		must(t, err)
+		// Well inside the batch's two minutes, with room for a loaded machine.
+		const bound = 10 * time.Second
+		op := func(what string, want int64, f func(ctx context.Context) (int64, error)) {
+			t.Helper()
+			ctx, cancel := context.WithTimeout(ctx, bound)
+			defer cancel()
+			n, err := f(ctx)
+			if err != nil {
+				t.Fatalf("%s while a batch that took every due event publishes: %v", what, err)
+			}
+			if n != want {
+				t.Fatalf("%s: changed %d events, want %d", what, n, want)
+			}
+		}
+		first := dead[0] // dead the longest: the first dead row in dead_at order
+		op("admin requeue of the first dead event", 1, func(ctx context.Context) (int64, error) { return o.Requeue(ctx, first) })
+		op("admin purge of the events dead for over 6 hours", int64(len(dead)-1-6), func(ctx context.Context) (int64, error) {
+			return o.PurgeDead(ctx, 6*time.Hour+30*time.Minute)
+		})
+		op("admin requeue of every dead event", 6, o.RequeueAll)
 	})
 }

@@ -169,15 +169,20 @@ type Object struct {
 	// is there already (then it is not run, and the schema is up to date); a
 	// step without one always runs in Migrate and is never checked.
 	Check string
+	// Replaces says that an index's migration drops another index after
+	// making it (After): a change to the table, which self-creation makes
+	// only on a table it made in the same call.
+	Replaces bool
 }
 
 // Migration names the migration an object comes from ("0004_outbox_upgrade").
 func (o Object) Migration() string { return strings.TrimSuffix(o.File, ".up.sql") }
 
 var (
-	createdRE = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
-	columnRE  = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\S+)`)
-	stepRE    = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
+	createdRE   = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
+	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s`)
+	columnRE    = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+	stepRE      = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
 )
 
 // Objects renders the statements of migration file for table t and says what
@@ -214,6 +219,7 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 		} else if len(out) > 0 && s.check == "" {
 			last := &out[len(out)-1]
 			last.After = append(last.After, o.SQL)
+			last.Replaces = last.Replaces || (last.Kind == KindIndex && dropIndexRE.MatchString(s.sql))
 			continue
 		} else {
 			o.Kind, o.Check = KindStep, render(s.check)
@@ -282,9 +288,10 @@ func Found(ctx context.Context, x Execer, q string, args ...any) (bool, error) {
 }
 
 // CreateMissing makes, of objs, the tables and indexes that exists says are
-// missing, and the columns of the tables it made in this call that are
-// missing (a table made by an earlier migration and altered by a later one).
-// It never alters a table that was there before, and runs no step: an
+// missing, and the columns and replacing indexes (Object.Replaces) of the
+// tables it made in this call that are missing (a table made by an earlier
+// migration and altered by a later one). It never alters a table that was
+// there before but to add an index, and runs no step: an
 // outdated table is for Migrate, and CheckSchema names the migration. An
 // index whose creation fails is left out when skip says so. A role without
 // DDL rights works where everything exists.
@@ -296,6 +303,10 @@ func CreateMissing(ctx context.Context, x Execer, objs []Object, exists Catalog,
 			continue
 		case KindColumn:
 			if !made[o.Name.String()] {
+				continue
+			}
+		case KindIndex:
+			if o.Replaces && !made[o.On.String()] {
 				continue
 			}
 		}

@@ -16,7 +16,7 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 type admin struct {
 	t   ident.Table
 	rel *relay
-	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, deadOfType, deadBefore, requeueSeqs, purgeSeqs string }
+	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, deadOfType, deadBefore, purgeSeqs string }
 }
 
 func newAdmin(t ident.Table) *admin {
@@ -49,7 +49,6 @@ GROUP BY o.type, COALESCE(o.last_error, '') ORDER BY COUNT(*) DESC, o.type, COAL
 	// death) committed after the pick leaves the row alone.
 	a.q.deadOfType = rep.Replace(`SELECT seq FROM {t} WHERE dead_at IS NOT NULL AND type = ? ORDER BY seq`)
 	a.q.deadBefore = rep.Replace(`SELECT seq FROM {t} WHERE dead_at < {now} - INTERVAL ? MICROSECOND ORDER BY dead_at, seq LIMIT ?`)
-	a.q.requeueSeqs = rep.Replace(`UPDATE ` + bySeq + ` SET {set} WHERE o.dead_at IS NOT NULL`)
 	a.q.purgeSeqs = rep.Replace(`DELETE o FROM ` + bySeq + ` WHERE o.dead_at < {now} - INTERVAL ? MICROSECOND`)
 	return a
 }
@@ -148,7 +147,7 @@ func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64
 		if err != nil {
 			return err
 		}
-		n, err = a.bySeqs(ctx, tx, a.q.requeueSeqs, seqs)
+		n, err = bySeqs(ctx, tx, a.rel.q.requeueSeqs, seqs)
 		return err
 	})
 	return n, err
@@ -165,25 +164,8 @@ func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Durat
 		if err != nil {
 			return err
 		}
-		n, err = a.bySeqs(ctx, tx, a.q.purgeSeqs, seqs, olderThan.Microseconds())
+		n, err = bySeqs(ctx, tx, a.q.purgeSeqs, seqs, olderThan.Microseconds())
 		return err
 	})
 	return n, err
-}
-
-// bySeqs runs q on the rows seqs (its first argument, a JSON array), a
-// thousand at a time, with the arguments more after them, and returns the
-// rows it changed.
-func (a *admin) bySeqs(ctx context.Context, x store.Execer, q string, seqs []int64, more ...any) (int64, error) {
-	var total int64
-	for len(seqs) > 0 {
-		chunk := seqs[:min(len(seqs), 1000)]
-		seqs = seqs[len(chunk):]
-		n, err := store.Affected(ctx, x, q, append([]any{store.JSONInts(chunk)}, more...)...)
-		if err != nil {
-			return total, err
-		}
-		total += n
-	}
-	return total, nil
 }

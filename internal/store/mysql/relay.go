@@ -39,8 +39,12 @@ const partitionExpr = `MOD(CRC32(CASE WHEN o.aggregate_id = '' THEN o.id ELSE CO
 // that scans waits for every row others locked, even at READ COMMITTED. By
 // the primary key, a statement touches the clustered rows directly (by the
 // id key, it read that index first: a fifth slower burn-down); a list of
-// UNION ALL selects costs more to parse than the JSON.
-const bySeq = `JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS k STRAIGHT_JOIN {t} AS o ON o.seq = k.seq`
+// UNION ALL selects costs more to parse than the JSON. The primary key is
+// forced: a statement's own condition on dead_at (a purge's "dead before")
+// otherwise lets the optimizer range-check the queue index per row, whose
+// scan of the dead rows ends on the first pending one, which a relay's batch
+// holds locked.
+const bySeq = `JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS k STRAIGHT_JOIN {t} AS o FORCE INDEX (PRIMARY) ON o.seq = k.seq`
 
 // requeueSet makes a dead event pending again (Requeue, RequeueAll and the
 // admin's requeues). created_at is reset too: the oldest pending age (Stats,
@@ -54,7 +58,7 @@ type relay struct {
 	store.Unpositioned // no claim position, no partitions
 	t                  ident.Table
 	q                  struct {
-		claimLocked, claimOrdered, stats, dead, seqOf, requeue, requeueAll, cleanup, fenceHeld string
+		claimLocked, claimOrdered, stats, dead, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
 		// by fencing: [none, the partition leases]
 		markProcessed, markDelete, markFailed, recoverOutage [2]string
 	}
@@ -66,8 +70,13 @@ func newRelay(t ident.Table) *relay {
 	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{part}", partitionExpr,
 		"{leases}", Quote(t.Derived("_leases")))
 	q := &r.q
-	// The pending index (dead_at, processed_at, available_at, seq) serves the
-	// scan in order; locked rows are skipped, so instances share the work.
+	// The queue index (dead_at DESC, processed_at DESC, available_at, seq;
+	// 0006_queue_index: on tables made before it, 0001's pending index, the
+	// same without DESC) serves the scan in order; locked rows are skipped,
+	// so instances share the work. A claim that takes every due event keeps
+	// the lock on the index entry after them until the batch ends: in the
+	// queue index an event not yet due (or none), in the pending index a
+	// processed or dead row, whose cleanup, purge or requeue then waits.
 	q.claimLocked = rep.Replace(`SELECT {cols} FROM {t} o
 WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
 ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
@@ -124,8 +133,11 @@ FROM {t} WHERE {pending}`)
 	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ? AND dead_at IS NOT NULL`)
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE seq = ? AND dead_at IS NOT NULL`)
-	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}
-WHERE dead_at IS NOT NULL`)
+	// Every dead row, found so too: an UPDATE over the dead rows of the
+	// queue index (0006_queue_index) reads, to know it is done, the first
+	// entry after them, a pending event that a relay's batch may hold locked.
+	q.deadSeqs = rep.Replace(`SELECT seq FROM {t} WHERE dead_at IS NOT NULL ORDER BY seq`)
+	q.requeueSeqs = rep.Replace(`UPDATE ` + bySeq + ` SET {set} WHERE o.dead_at IS NOT NULL`)
 	q.cleanup = rep.Replace(`DELETE FROM {t} WHERE processed_at < {now} - INTERVAL ? MICROSECOND ORDER BY processed_at LIMIT ?`)
 	r.leases = newLeases(t)
 	return r
@@ -348,12 +360,17 @@ func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, e
 	return n > 0, err
 }
 
-// RequeueAll requeues at READ COMMITTED, as Requeue does.
+// RequeueAll requeues at READ COMMITTED, as Requeue does: the dead rows
+// found by a read that locks nothing, then changed by the primary key.
 func (r *relay) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
 	var n int64
 	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
 		var err error
-		n, err = store.Affected(ctx, tx, r.q.requeueAll)
+		seqs, err := store.Column[int64](ctx, tx, r.q.deadSeqs)
+		if err != nil {
+			return err
+		}
+		n, err = bySeqs(ctx, tx, r.q.requeueSeqs, seqs)
 		return err
 	})
 	return n, err
@@ -466,4 +483,21 @@ func scanDead(rows *sql.Rows) (store.Row, error) {
 	d.LastError = lastErr.String
 	d.DeadAt, err = parseTime(deadAt)
 	return d, err
+}
+
+// bySeqs runs q on the rows seqs (its first argument, a JSON array), a
+// thousand at a time, with the arguments more after them, and returns the
+// rows it changed.
+func bySeqs(ctx context.Context, x store.Execer, q string, seqs []int64, more ...any) (int64, error) {
+	var total int64
+	for len(seqs) > 0 {
+		chunk := seqs[:min(len(seqs), 1000)]
+		seqs = seqs[len(chunk):]
+		n, err := store.Affected(ctx, x, q, append([]any{store.JSONInts(chunk)}, more...)...)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
 }
