@@ -47,15 +47,18 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
 		// of the ordered index (seq) starts at the partitions' position ($4);
 		// "waiting" is where and when the earliest of their events waiting for
 		// a retry is, for the claim that will have to start there.
-		// A pending event below the scan's start ($4) blocks its aggregate
-		// too, due or not: the start was chosen by this process's clock
-		// before the claim's now(), and a retry that came due in between
-		// (the claim waited for a connection, the process was stopped)
-		// lies below it; its aggregate's later events wait for the claim
-		// that starts there.
-		q.ordered[check] = fr.Replace(rep.Replace(`WITH blocked AS MATERIALIZED (
+		// The scan starts at $4, or at the lowest of the retries below it
+		// ($5, due at $6 by the database's clock) that its now() finds due:
+		// $4 was chosen by this process's clock before that now(), and a
+		// retry that came due in between (the claim waited for a
+		// connection, the process was stopped) would otherwise lie below
+		// the scan, due, so not blocking its aggregate, whose later events
+		// were then claimed first. (position.startAt is the same in Go.)
+		q.ordered[check] = fr.Replace(rep.Replace(`WITH start AS MATERIALIZED (
+  SELECT least($4::bigint, (SELECT min(w.seq) FROM unnest($5::bigint[], $6::timestamptz[]) AS w(seq, due) WHERE w.due <= now())) AS lo),
+blocked AS MATERIALIZED (
   SELECT aggregate_type, aggregate_id, min(seq) AS seq FROM {t}
-  WHERE {pending} AND (available_at > now() OR seq < $4::bigint) AND aggregate_id <> ''
+  WHERE {pending} AND available_at > now() AND aggregate_id <> ''
   GROUP BY aggregate_type, aggregate_id),
 waiting AS MATERIALIZED (
   SELECT min(o.seq) AS seq, min(o.available_at) AS at FROM {t} o
@@ -66,7 +69,7 @@ SELECT m.dbnow, m.frontier, m.lastseq, m.clock, w.seq, w.at, c.* FROM
   CROSS JOIN waiting w
 LEFT JOIN LATERAL (SELECT {cols}, o.seq, p.part FROM {t} o, LATERAL (SELECT {part} AS part) p
   WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
-    AND o.seq >= $4::bigint
+    AND o.seq >= (SELECT lo FROM start)
     AND p.part = ANY($3::int[])
     AND NOT EXISTS (SELECT 1 FROM blocked b
       WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
@@ -175,7 +178,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 		r.pos.leased(fence.Parts())
 	}
 	st := r.pos.orderedStart(owned) // its clock read before the database's now: never later
-	rows, err := x.QueryContext(ctx, r.claims.ordered[btoi(st.check)], limit, partitions, owned, st.lo)
+	rows, err := x.QueryContext(ctx, r.claims.ordered[btoi(st.check)], limit, partitions, owned, st.lo, st.below, st.belowAt)
 	if err != nil {
 		return nil, err
 	}

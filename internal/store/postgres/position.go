@@ -55,7 +55,11 @@ import (
 // partitions waiting for a retry is, and this relay's failure marks add
 // theirs: from that time on, claims of the partition start there, so that the
 // retry and the events held back behind it are claimed again, until a claim
-// that ran after it was due took it. A dead event lowers its partition's
+// that ran after it was due took it. The time is checked twice: by this
+// process's clock when the claim begins, and by the claim's now() in its SQL
+// (which comes later when the claim waits for a connection or the process is
+// stopped: a retry due by then, below a start chosen earlier, would not hold
+// its aggregate's later events back). A dead event lowers its partition's
 // position (it releases the events behind it); events claimed and neither
 // published nor marked failed (a batch out of time, events held back behind a
 // failure) lower it at its next claim; taking partitions over rewinds. The
@@ -130,13 +134,15 @@ type position struct {
 }
 
 // waiting is an event waiting for a retry (or the earliest of several: at or
-// above seq), due at due by the database's clock. Claims start at seq from
-// dueLocal on, by this process's clock, which is never after due; a claim
-// that started there and ran at or after due took it (claimed it, or found it
-// held back behind an earlier retry, which is waiting too).
+// above seq), due at due by the database's clock (the first of several at
+// first, the last at due). Claims start at seq from dueLocal on, by this
+// process's clock, which is never after first, or, in the claim's SQL, from
+// first on by the database's; a claim that started there and ran at or
+// after due took it (claimed it, or found it held back behind an earlier
+// retry, which is waiting too).
 type waiting struct {
-	seq           int64
-	due, dueLocal time.Time
+	seq                  int64
+	first, due, dueLocal time.Time
 }
 
 // maxWaits bounds the retries remembered per partition; beyond it they are
@@ -178,6 +184,9 @@ func (p *position) clock() time.Time { return p.now() }
 
 // wait remembers a retry of partition part.
 func (p *position) wait(part int32, w waiting) {
+	if w.first.IsZero() {
+		w.first = w.due
+	}
 	ws := p.waits[part]
 	for _, o := range ws {
 		if o.seq == w.seq && o.due.Equal(w.due) {
@@ -190,6 +199,9 @@ func (p *position) wait(part int32, w waiting) {
 			m.seq = min(m.seq, o.seq)
 			if o.due.After(m.due) {
 				m.due = o.due
+			}
+			if o.first.Before(m.first) {
+				m.first = o.first
 			}
 			if o.dueLocal.Before(m.dueLocal) {
 				m.dueLocal = o.dueLocal
@@ -323,7 +335,7 @@ func (p *position) failed(fs []store.Failure, now, local time.Time) {
 			continue
 		}
 		if _, ok := p.cur[sp.part]; ok {
-			p.wait(sp.part, waiting{seq: sp.seq, due: now.Add(f.Delay), dueLocal: local.Add(f.Delay)})
+			p.wait(sp.part, waiting{seq: sp.seq, first: now.Add(f.Delay), due: now.Add(f.Delay), dueLocal: local.Add(f.Delay)})
 		}
 	}
 }
@@ -352,7 +364,14 @@ func (p *position) rewind() {
 // orderedClaim is where an ordered claim starts (orderedStart), for its
 // orderedDone.
 type orderedClaim struct {
-	lo      int64 // the lowest position of the partitions; 0: the head
+	lo int64 // the lowest position of the partitions; 0: the head
+	// The retries below lo not yet due by this process's clock, and when
+	// each is due by the database's (waiting.first): the claim's SQL starts
+	// at the lowest of those due by its now() (startAt), which comes later
+	// than this process's clock was read when the claim waited for a
+	// connection or the process was stopped.
+	below   []int64
+	belowAt []time.Time
 	gen     uint64
 	check   bool
 	settled int64
@@ -363,7 +382,7 @@ type orderedClaim struct {
 // the database's clock, whose now() was dbNow: due locally as long after the
 // claim began.
 func (st orderedClaim) waitingAt(seq int64, due, dbNow time.Time) waiting {
-	return waiting{seq: seq, due: due, dueLocal: st.local.Add(due.Sub(dbNow))}
+	return waiting{seq: seq, first: due, due: due, dueLocal: st.local.Add(due.Sub(dbNow))}
 }
 
 // orderedResult is what an ordered claim returned.
@@ -416,10 +435,30 @@ func (p *position) orderedStart(owned []int32) orderedClaim {
 			}
 		}
 	}
-	if len(owned) > 0 {
-		st.lo = lo
+	if len(owned) == 0 {
+		return st
+	}
+	st.lo = lo
+	for _, part := range owned {
+		for _, w := range p.waits[part] {
+			if w.seq < lo && now.Before(w.dueLocal) {
+				st.below, st.belowAt = append(st.below, w.seq), append(st.belowAt, w.first)
+			}
+		}
 	}
 	return st
+}
+
+// startAt is where the claim's SQL started, its now() dbNow: lo, or the
+// lowest retry below it due by then.
+func (st orderedClaim) startAt(dbNow time.Time) int64 {
+	lo := st.lo
+	for i, seq := range st.below {
+		if seq < lo && !dbNow.Before(st.belowAt[i]) {
+			lo = seq
+		}
+	}
+	return lo
 }
 
 // orderedDone moves the partitions' positions after a claim: past its last
@@ -441,6 +480,7 @@ func (p *position) orderedDone(st orderedClaim, owned []int32, res orderedResult
 		}
 	}
 	p.advance(res.frontier)
+	lo := st.startAt(res.dbNow)
 	for _, part := range owned {
 		if st.gen == p.gen {
 			p.cur[part] = next
@@ -449,7 +489,7 @@ func (p *position) orderedDone(st orderedClaim, owned []int32, res orderedResult
 		}
 		kept := p.waits[part][:0]
 		for _, w := range p.waits[part] {
-			if w.seq < st.lo || res.dbNow.Before(w.due) {
+			if w.seq < lo || res.dbNow.Before(w.due) {
 				kept = append(kept, w)
 			}
 		}

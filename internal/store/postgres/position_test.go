@@ -610,17 +610,31 @@ func TestPositionOrderedRetry(t *testing.T) {
 	if len(p.out) != 0 {
 		t.Fatal("the failed event is still out")
 	}
-	want := waiting{seq: 5, due: markAt.Add(10 * time.Second), dueLocal: markLocal.Add(10 * time.Second)}
+	want := waiting{seq: 5, first: markAt.Add(10 * time.Second), due: markAt.Add(10 * time.Second), dueLocal: markLocal.Add(10 * time.Second)}
 	if ws := p.waits[0]; len(ws) != 1 || ws[0] != want {
 		t.Fatalf("waits %+v; want %+v", ws, want)
 	}
 	c.advance(11*time.Second - time.Millisecond)
 	st = p.orderedStart(owned)
 	wantLo(t, st, 6)
-	// Ran after the retry was due by the database, but did not start at it: kept.
-	p.orderedDone(st, owned, orderedResult{dbNow: want.due.Add(time.Second), clock: want.due.Add(time.Second)})
+	if len(st.below) != 1 || st.below[0] != 5 || !st.belowAt[0].Equal(want.first) {
+		t.Fatalf("below %v at %v; want the retry, at its time by the database's clock", st.below, st.belowAt)
+	}
+	// Not yet due by this process's clock, nor by the claim's now(): the
+	// claim's SQL started above it, and it is kept.
+	if lo := st.startAt(want.first.Add(-time.Millisecond)); lo != 6 {
+		t.Fatalf("startAt before the retry is due = %d, want 6", lo)
+	}
+	p.orderedDone(st, owned, orderedResult{dbNow: want.first.Add(-time.Millisecond), clock: want.first})
 	if len(p.waits[0]) != 1 {
 		t.Fatal("a claim that started above the retry dropped it")
+	}
+	// Not yet due by this process's clock, due by the claim's now() (the
+	// claim waited for a connection): its SQL started at the retry, and took
+	// it.
+	st = p.orderedStart(owned)
+	if lo := st.startAt(want.first.Add(time.Second)); lo != 5 {
+		t.Fatalf("startAt after the retry is due by the database's clock = %d, want 5", lo)
 	}
 	c.advance(time.Millisecond)
 	st = p.orderedStart(owned)
@@ -698,7 +712,8 @@ func TestPositionOrderedReportedWaiting(t *testing.T) {
 }
 
 // Beyond maxWaits retries of a partition, those remembered merge into one:
-// the lowest seq, from the earliest local time, until the latest is due.
+// the lowest seq, from the earliest local time (and the earliest time by
+// the database's clock), until the latest is due.
 func TestPositionWaitsMerge(t *testing.T) {
 	t.Parallel()
 	p, _ := newTestPosition()
@@ -709,13 +724,13 @@ func TestPositionWaitsMerge(t *testing.T) {
 	if len(p.waits[0]) != maxWaits {
 		t.Fatalf("%d waits; want %d", len(p.waits[0]), maxWaits)
 	}
-	last := waiting{seq: 500, due: at(time.Hour), dueLocal: local0.Add(time.Hour)}
+	last := waiting{seq: 500, first: at(time.Hour), due: at(time.Hour), dueLocal: local0.Add(time.Hour)}
 	p.wait(0, last)
 	ws := p.waits[0]
 	if len(ws) != 2 {
 		t.Fatalf("%d waits after one past the bound; want 2", len(ws))
 	}
-	merged := waiting{seq: 100 - maxWaits + 1, due: at(time.Duration(maxWaits-1) * time.Second), dueLocal: local0}
+	merged := waiting{seq: 100 - maxWaits + 1, first: at(0), due: at(time.Duration(maxWaits-1) * time.Second), dueLocal: local0}
 	if ws[0] != merged || ws[1] != last {
 		t.Fatalf("waits %+v; want %+v then %+v", ws, merged, last)
 	}
