@@ -152,17 +152,7 @@ func testAdminLeavesClaimedRowsAlone(t *testing.T, dl testkit.Dialect) {
 		dl.KillEvent(t, e.db, q, time.Hour, "old")
 		must(t, testkit.SetOutboxColumn(e.db, p, "type", "other.purge"))
 		must(t, testkit.SetOutboxColumn(e.db, q, "type", "other.all"))
-		blocked := testkit.NewBlocking(t)
-		const pt = 2 * time.Minute
-		r := e.relay(e.open(), blocked, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond,
-			PublishTimeout: pt, LeaseDuration: 10 * pt, BatchSize: 10})
-		e.run(r)
-		t.Cleanup(blocked.Release) // before the relay is stopped
-		select {
-		case <-blocked.Entered():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the relay never published")
-		}
+		holdBatch(t, e, ordered)
 		before := testkit.Waits(t, e.db)
 		ctx := context.Background()
 		o, err := admin.Open(ctx, e.open(), admin.Config{})
@@ -244,17 +234,7 @@ func testAdminPastTheClaimsEnd(t *testing.T, dl testkit.Dialect) {
 		for i, id := range dead {
 			dl.KillEvent(t, e.db, id, time.Duration(len(dead)-i)*time.Hour, "old")
 		}
-		blocked := testkit.NewBlocking(t)
-		const pt = 2 * time.Minute
-		r := e.relay(e.open(), blocked, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond,
-			PublishTimeout: pt, LeaseDuration: 10 * pt, BatchSize: 10})
-		e.run(r)
-		t.Cleanup(blocked.Release) // before the relay is stopped
-		select {
-		case <-blocked.Entered():
-		case <-time.After(10 * time.Second):
-			t.Fatal("the relay never published")
-		}
+		holdBatch(t, e, ordered)
 		ctx := context.Background()
 		o, err := admin.Open(ctx, e.open(), admin.Config{})
 		must(t, err)
@@ -279,4 +259,21 @@ func testAdminPastTheClaimsEnd(t *testing.T, dl testkit.Dialect) {
 		})
 		op("admin requeue of every dead event", 6, o.RequeueAll)
 	})
+}
+
+// holdBatch runs a relay whose publisher holds its first batch for minutes
+// (released when the test ends) and returns once it publishes.
+func holdBatch(t *testing.T, e *relayEnv, ordered bool) {
+	t.Helper()
+	blocked := testkit.NewBlocking(t)
+	const pt = 2 * time.Minute
+	r := e.relay(e.open(), blocked, relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond,
+		PublishTimeout: pt, LeaseDuration: 10 * pt, BatchSize: 10})
+	e.run(r)
+	t.Cleanup(blocked.Release) // before the relay is stopped
+	select {
+	case <-blocked.Entered():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay never published")
+	}
 }

@@ -80,6 +80,19 @@ func Schema(t testing.TB) (name, dsn string) {
 	return name, WithSearchPath(DSN(), name)
 }
 
+// SchemaDB is Schema's database opened with database/sql (driver "pgx"),
+// closed when the test ends, before the schema is dropped.
+func SchemaDB(t testing.TB) *sql.DB {
+	t.Helper()
+	_, dsn := Schema(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatalf("pgtest: open: %v", err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
 // WithSearchPath returns dsn (a URL) with its search_path set to schema.
 func WithSearchPath(dsn, schema string) string {
 	u, err := url.Parse(dsn)

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"sync"
 	"testing"
 	"time"
@@ -26,12 +25,7 @@ import (
 func TestOrderedClaimStartsAtARetryDueByTheDatabasesClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, dsn := pgtest.Schema(t)
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := pgtest.SchemaDB(t)
 	tbl := ident.MustTable("outbox_messages")
 	o := newOutbox(tbl)
 	if err := o.Create(ctx, db); err != nil {

@@ -15,12 +15,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 func TestDriver(t *testing.T) {
 	drivertest.Run(t, drivertest.Harness{Driver: postgres.Driver{}, Open: func(t testing.TB) *sql.DB {
 		t.Helper()
-		_, dsn := pgtest.Schema(t)
-		db, err := sql.Open("pgx", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
-		return db
+		return pgtest.SchemaDB(t)
 	}})
 }

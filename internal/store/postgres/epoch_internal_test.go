@@ -24,12 +24,7 @@ func TestFrontierPerTable(t *testing.T) {
 	tbl := ident.MustTable("outbox_messages")
 	o := newOutbox(tbl)
 	open := func() *sql.DB {
-		_, dsn := pgtest.Schema(t)
-		db, err := sql.Open("pgx", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = db.Close() })
+		db := pgtest.SchemaDB(t)
 		if err := o.Create(ctx, db); err != nil {
 			t.Fatal(err)
 		}
@@ -70,12 +65,7 @@ func TestEpochLockOncePerTransaction(t *testing.T) {
 	ctx := context.Background()
 	tbl := ident.MustTable("outbox_messages")
 	o := newOutbox(tbl)
-	_, dsn := pgtest.Schema(t)
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := pgtest.SchemaDB(t)
 	if err := o.Create(ctx, db); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"testing"
 	"time"
 
@@ -18,12 +17,7 @@ import (
 func TestPartitionLockReleasedWhenTheRelayStops(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, dsn := pgtest.Schema(t)
-	db, err := sql.Open("pgx", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close() })
+	db := pgtest.SchemaDB(t)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE outbox (n int)`); err != nil {
 		t.Fatal(err)
 	}
