@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -510,6 +511,48 @@ type Schema struct {
 	FS     fs.FS
 	Quote  func(ident.Table) string
 	Exists Catalog
+	// Atomic says the database runs DDL in a transaction (PostgreSQL): each
+	// creation then runs in one, a savepoint around each statement, so that
+	// a connection cut or a process killed between a table and the column a
+	// later migration adds to it leaves neither (the next start makes both),
+	// never a table that is outdated until Migrate runs.
+	Atomic bool
+}
+
+// create runs CreateMissing on x: when s is Atomic and x a DB, in one
+// transaction.
+func (s Schema) create(ctx context.Context, x Execer, objs []Object, skip func(string, error) bool) error {
+	db, ok := x.(DB)
+	if !s.Atomic || !ok {
+		return CreateMissing(ctx, x, objs, s.Exists, skip)
+	}
+	return InTx(ctx, db, nil, func(tx Execer) error {
+		return CreateMissing(ctx, savepoints{tx}, objs, s.Exists, skip)
+	})
+}
+
+// savepoints runs each statement of x behind a savepoint, rolled back to when
+// the statement fails: the transaction goes on (CreateMissing looks the
+// object up again, or skips an index it may not make).
+type savepoints struct{ x Execer }
+
+func (s savepoints) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if _, err := s.x.ExecContext(ctx, `SAVEPOINT herald_create`); err != nil {
+		return nil, err
+	}
+	res, err := s.x.ExecContext(ctx, q, args...)
+	if err != nil {
+		if _, e := s.x.ExecContext(ctx, `ROLLBACK TO SAVEPOINT herald_create`); e != nil {
+			return nil, errors.Join(err, e)
+		}
+		return nil, err
+	}
+	_, err = s.x.ExecContext(ctx, `RELEASE SAVEPOINT herald_create`)
+	return res, err
+}
+
+func (s savepoints) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return s.x.QueryContext(ctx, q, args...)
 }
 
 // CreateOutbox creates what the write path needs on the outbox t when missing.
@@ -518,7 +561,7 @@ func (s Schema) CreateOutbox(ctx context.Context, x Execer, t ident.Table) error
 	if err != nil {
 		return err
 	}
-	return CreateMissing(ctx, x, objs, s.Exists, nil)
+	return s.create(ctx, x, objs, nil)
 }
 
 // CheckOutbox checks what the write path needs on the outbox t (CheckSchema).
@@ -538,7 +581,7 @@ func (s Schema) CreateRelay(ctx context.Context, x Execer, t ident.Table, ordere
 	if err != nil {
 		return err
 	}
-	return CreateMissing(ctx, x, objs, s.Exists, skip)
+	return s.create(ctx, x, objs, skip)
 }
 
 // CheckRelay checks what the relay uses: the outbox t itself (not the
@@ -563,7 +606,7 @@ func (s Schema) CreateInbox(ctx context.Context, x Execer, t ident.Table) error 
 	if err != nil {
 		return err
 	}
-	return CreateMissing(ctx, x, objs, s.Exists, nil)
+	return s.create(ctx, x, objs, nil)
 }
 
 // CheckInbox checks the inbox t.

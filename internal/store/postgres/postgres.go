@@ -130,8 +130,8 @@ WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdr
 // schema is what Herald creates and checks from the migrations; partitioned
 // the same from the partitioned set.
 var (
-	schema            = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists}
-	partitionedSchema = store.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists}
+	schema            = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
+	partitionedSchema = store.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
 )
 
 // Outbox returns the operations on the outbox table t.
