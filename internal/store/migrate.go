@@ -511,7 +511,8 @@ type Schema struct {
 	FS     fs.FS
 	Quote  func(ident.Table) string
 	Exists Catalog
-	// Atomic says the database runs DDL in a transaction (PostgreSQL): each
+	// Atomic says the database runs DDL in a transaction (PostgreSQL, SQLite;
+	// not MySQL, whose DDL commits): each
 	// creation then runs in one, a savepoint around each statement, so that
 	// a connection cut or a process killed between a table and the column a
 	// later migration adds to it leaves neither (the next start makes both),

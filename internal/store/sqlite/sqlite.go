@@ -111,7 +111,7 @@ func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, er
 }
 
 // schema is what Herald creates and checks from the migrations.
-var schema = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists}
+var schema = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
 
 // Outbox returns the operations on the outbox table t.
 func (Driver) Outbox(t ident.Table) store.Outbox { return &outbox{t: t} }
