@@ -292,10 +292,10 @@ func Found(ctx context.Context, x Execer, q string, args ...any) (bool, error) {
 // missing, and the columns and replacing indexes (Object.Replaces) of the
 // tables it made in this call that are missing (a table made by an earlier
 // migration and altered by a later one). It never alters a table that was
-// there before but to add an index, and runs no step: an
-// outdated table is for Migrate, and CheckSchema names the migration. An
-// index whose creation fails is left out when skip says so. A role without
-// DDL rights works where everything exists.
+// there before but to add an index, and runs no step: an outdated table is
+// for Migrate, and CheckSchema names the migration. An index whose creation
+// fails is left out when skip says so. A role without DDL rights works where
+// everything exists.
 func CreateMissing(ctx context.Context, x Execer, objs []Object, exists Catalog, skip func(name string, err error) bool) error {
 	made := map[string]bool{}
 	for _, o := range objs {
@@ -511,12 +511,14 @@ type Schema struct {
 	FS     fs.FS
 	Quote  func(ident.Table) string
 	Exists Catalog
-	// Atomic says the database runs DDL in a transaction (PostgreSQL, SQLite;
-	// not MySQL, whose DDL commits): each
-	// creation then runs in one, a savepoint around each statement, so that
-	// a connection cut or a process killed between a table and the column a
-	// later migration adds to it leaves neither (the next start makes both),
-	// never a table that is outdated until Migrate runs.
+	// Atomic says the database runs DDL in a transaction (PostgreSQL and
+	// SQLite; not MySQL, whose DDL commits at once): each creation then runs
+	// in one, a savepoint around each statement, so that a connection cut or
+	// a process killed between a table and the column a later migration adds
+	// to it leaves neither (the next start makes both), never a table that
+	// is outdated until Migrate runs. Locks the creation takes (an index
+	// build's SHARE lock on an existing table) are held to its commit, which
+	// follows its last statement. Defaults to false.
 	Atomic bool
 }
 
