@@ -233,7 +233,11 @@ type Relay interface {
 	// RecoverOutage makes due now the retries of pending events of the
 	// recovery's (topic, type) pairs that failed at or after its Since; with
 	// a Fence, only those of the partitions whose leases it still holds.
-	RecoverOutage(ctx context.Context, x Execer, rec Recovery) (int64, error)
+	// It commits on db, in a transaction begun as Driver.LockingTx says
+	// where that matters (MySQL: at REPEATABLE READ its range UPDATE locked
+	// the gaps where new events go, for as long as it waited for a row
+	// another batch held).
+	RecoverOutage(ctx context.Context, db DB, rec Recovery) (int64, error)
 
 	// Stats counts pending, failing and dead events and the oldest pending age.
 	Stats(ctx context.Context, x Execer) (Stats, error)

@@ -109,12 +109,12 @@ func (r *relay) Check(ctx context.Context, x store.Execer, ordered, retention bo
 // table: the other instances keep positions past their own waiting retries,
 // and made due by another instance those would let the later events of
 // their aggregates be claimed first.
-func (r *relay) RecoverOutage(ctx context.Context, x store.Execer, rec store.Recovery) (int64, error) {
+func (r *relay) RecoverOutage(ctx context.Context, db store.DB, rec store.Recovery) (int64, error) {
 	if f := rec.Fence; f != nil {
 		parts, gens := f.Parts()
-		return r.recover(ctx, x, r.q.recoverOwned, rec.Since, rec.Topics, rec.Types, f.Partitions, f.Instance, parts, gens)
+		return r.recover(ctx, db, r.q.recoverOwned, rec.Since, rec.Topics, rec.Types, f.Partitions, f.Instance, parts, gens)
 	}
-	return r.recover(ctx, x, r.q.recoverOutage, rec.Since, rec.Topics, rec.Types)
+	return r.recover(ctx, db, r.q.recoverOutage, rec.Since, rec.Topics, rec.Types)
 }
 
 func (r *relay) recover(ctx context.Context, x store.Execer, q string, since time.Time, topics, types []string, more ...any) (int64, error) {
