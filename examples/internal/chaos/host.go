@@ -98,7 +98,7 @@ type host struct {
 	holds, pauses            atomic.Int64
 	requeued, purged         atomic.Int64
 	wrongDead                atomic.Int64 // dead events not poisoned, seen by the operator before a requeue
-	pgw                      pgWaits      // PostgreSQL: the writers' lock waits, sampled
+	waits                    dbWaits      // PostgreSQL, MySQL: the writers' waits, sampled
 	mu                       sync.Mutex
 	freezes                  []freeze // the relays' pauses, when they ended
 	opErrs                   atomic.Int64
@@ -419,13 +419,13 @@ func (h *host) overlapsLong(began, ended time.Time) bool {
 }
 
 // explainSlow prints, for each slow save, to stderr: on SQLite who held the
-// write lock while it waited (locks.go); on PostgreSQL the writers' lock
-// waits and the load sampled meanwhile (pgwaits.go).
+// write lock while it waited (locks.go); on PostgreSQL and MySQL the
+// writers' waits and the load sampled meanwhile (waits.go).
 func (h *host) explainSlow(saves *saveStats) {
-	if h.kind == postgresDB {
+	if h.kind == postgresDB || h.kind == mysqlDB {
 		for _, s := range saves.slowOnes() {
 			fmt.Fprintf(os.Stderr, "chaos: slow save %s, %v: %s\n", s[0].Format("15:04:05.000"),
-				s[1].Sub(s[0]).Round(time.Millisecond), h.pgw.during(s[0], s[1]))
+				s[1].Sub(s[0]).Round(time.Millisecond), h.waits.during(s[0], s[1]))
 		}
 		return
 	}

@@ -424,7 +424,7 @@ func orchestrate(args []string) (bool, error) {
 		h.longTransaction(writeCtx, o.dur*9/20)
 	})
 	bg.Go(func() { h.holdLoop(writeCtx) })
-	bg.Go(func() { h.pgWaitLoop(writeCtx) })
+	bg.Go(func() { h.waitLoop(writeCtx) })
 	bg.Go(func() { h.operatorLoop(opCtx) })
 	bg.Go(func() { h.pauseLoop(writeCtx, o.relay.lease) })
 
