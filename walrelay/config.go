@@ -7,6 +7,9 @@ import (
 	"regexp"
 	"time"
 
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/relay"
@@ -29,6 +32,8 @@ const (
 	DefaultTable = relay.DefaultTable
 	// DefaultMaxHeld is the default Config.MaxHeld: 1000.
 	DefaultMaxHeld = 1000
+	// DefaultBatchSize is the default Config.BatchSize: 500.
+	DefaultBatchSize = 500
 )
 
 // Config configures a Relay. The zero value is ready to use; each field
@@ -89,11 +94,30 @@ type Config struct {
 	// waits. Its Table and Ordered must be unset or match this Config's,
 	// its Confirmer unset; it connects with the relay's DSN, on a pool of
 	// its own of at most 4 connections, opened when the stream starts and
-	// closed when it ends. Defaults to nil: run a table relay on Table
-	// yourself, with this relay as its Confirmer.
+	// closed when it ends; its Logger and MeterProvider, when unset, are
+	// this Config's. Defaults to nil: run a table relay on Table yourself,
+	// with this relay as its Confirmer.
 	Parked *relay.Config
+	// BatchSize is at most how many events one publish call carries. The
+	// relay reads and decodes the stream ahead of the publisher, and when
+	// several events are already there (a backlog, a transaction of many
+	// events, a burst) it publishes up to BatchSize of them at once, in
+	// stream order: with PublishBatch when the publisher is a
+	// relay.BatchPublisher, else with one Publish call per run of events
+	// of one topic. It never waits for more events to fill a call. In
+	// ordered mode a call carries at most one event of each aggregate (the
+	// next one of an aggregate goes in the next call). 1 publishes every
+	// event in a call of its own. Defaults to 500 (DefaultBatchSize).
+	BatchSize int
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
+	// MeterProvider makes the relay's publish metrics: the counters
+	// herald.wal.published, herald.wal.failed and herald.wal.parked and
+	// the histogram herald.wal.publish.duration, with a slot attribute (see
+	// "Telemetry" in the package documentation). Defaults to
+	// otel.GetMeterProvider(), a no-op until the application installs an
+	// SDK.
+	MeterProvider metric.MeterProvider
 }
 
 func (c *Config) setDefaults() {
@@ -121,6 +145,12 @@ func (c *Config) setDefaults() {
 	if c.MaxHeld == 0 {
 		c.MaxHeld = DefaultMaxHeld
 	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.MeterProvider == nil {
+		c.MeterProvider = otel.GetMeterProvider()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -133,6 +163,9 @@ func (c *Config) setDefaults() {
 		if p.Logger == nil {
 			p.Logger = c.Logger
 		}
+		if p.MeterProvider == nil {
+			p.MeterProvider = c.MeterProvider
+		}
 		c.Parked = &p
 	}
 }
@@ -141,7 +174,7 @@ var name = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 
 // Validate reports what is wrong with c after defaults are applied: a Slot
 // or Publication that is not lowercase letters, digits and underscores (at
-// most 63), an invalid Table, a negative duration or MaxHeld.
+// most 63), an invalid Table, a negative duration, MaxHeld or BatchSize.
 func (c Config) Validate() error {
 	c.setDefaults()
 	var errs []error
@@ -164,6 +197,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxHeld < 0 {
 		errs = append(errs, fmt.Errorf("MaxHeld is %d, must be positive", c.MaxHeld))
+	}
+	if c.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("BatchSize is %d, must be positive", c.BatchSize))
 	}
 	if p := c.Parked; p != nil {
 		pt, perr := ident.ParseTable(p.Table)

@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -19,18 +21,32 @@ import (
 // A table relay takes a WAL relay as its Config.Confirmer.
 var _ relay.Confirmer = (*Relay)(nil)
 
-// held is an event of the stream the relay has not settled: its publish
-// failed and nothing yet told whether the failure is its own or the
-// broker's, or (ordered mode) it waits behind such an event of its
-// aggregate, untried, or it came while the broker looked down.
+// held is an event of the stream the relay has not settled: read and not
+// yet published (pending), or held: its publish failed and nothing yet
+// told whether the failure is its own or the broker's, or (ordered mode) it
+// waits behind such an event of its aggregate, untried, or it came while
+// the broker looked down.
 type held struct {
 	row   store.Row
-	msg   *message.Message
+	env   events.Envelope
+	msg   *message.Message // until its first publish; then made again from env
+	sent  bool             // msg was given to the publisher
 	lsn   pglogrepl.LSN
+	seq   int64  // its place in the stream: the session's count of events
 	tx    int64  // the session's count of the transaction it is in
 	agg   string // its aggregate's key, "" for none
 	err   error  // its last failure; nil while untried
 	tried time.Time
+}
+
+// message returns the message to publish h with: a new one for each
+// attempt, since a publisher may keep (or still use) the one it was given.
+func (h *held) message() *message.Message {
+	if !h.sent {
+		h.sent = true
+		return h.msg
+	}
+	return relay.NewMessage(h.env)
 }
 
 // commit is the end of a transaction that committed while events of it or
@@ -46,12 +62,20 @@ type commit struct {
 type session struct {
 	r  *Relay
 	db *sql.DB // for parking
+	c  *caller
 
 	confirmed pglogrepl.LSN
-	tx        int64 // transactions begun
+	pos       atomic.Uint64 // confirmed, for the reader's status reports
+	tx        int64         // transactions begun
+	events    int64         // events taken
 	inTx      bool
 	held      []*held // in stream order
 	commits   []commit
+	// pending are the events taken and not yet tried, in stream order, to
+	// be published together (flush); pendingAggs their aggregates
+	// (ordered mode).
+	pending     []*held
+	pendingAggs map[string]bool
 
 	// streak is how many calls failed since the last success; lastFailed
 	// is the event of the latest. A failure alone between two successes is
@@ -95,56 +119,65 @@ func (s *session) begin() { s.tx++; s.inTx = true }
 
 func (s *session) end(lsn pglogrepl.LSN) {
 	s.inTx = false
-	if len(s.held) == 0 && len(s.commits) == 0 {
-		s.confirmed = lsn
+	if len(s.held) == 0 && len(s.pending) == 0 && len(s.commits) == 0 {
+		s.confirm(lsn)
 		return
 	}
 	s.commits = append(s.commits, commit{tx: s.tx, end: lsn})
 	s.advance()
 }
 
+// confirm moves the confirmed position to lsn.
+func (s *session) confirm(lsn pglogrepl.LSN) {
+	s.confirmed = lsn
+	s.pos.Store(uint64(lsn))
+}
+
 // idle moves the position to what the server sent, when nothing is in
 // flight.
 func (s *session) idle(walEnd pglogrepl.LSN) {
-	if !s.inTx && len(s.held) == 0 && len(s.commits) == 0 && walEnd > s.confirmed {
-		s.confirmed = walEnd
+	if !s.inTx && len(s.held) == 0 && len(s.pending) == 0 && len(s.commits) == 0 && walEnd > s.confirmed {
+		s.confirm(walEnd)
 	}
 }
 
 // advance confirms the commits of the transactions before the first one
-// with a held event.
+// with an event held or pending.
 func (s *session) advance() {
 	first := int64(1<<63 - 1)
 	if len(s.held) > 0 {
 		first = s.held[0].tx
 	}
+	if len(s.pending) > 0 {
+		first = min(first, s.pending[0].tx)
+	}
 	for len(s.commits) > 0 && s.commits[0].tx < first {
-		s.confirmed = s.commits[0].end
+		s.confirm(s.commits[0].end)
 		s.commits = s.commits[1:]
 	}
 }
 
-// event handles an event of the stream.
-func (s *session) event(ctx context.Context, m *pglogrepl.LogicalDecodingMessage) error {
-	row, err := postgres.MessageRow(m.Content)
-	var env events.Envelope
-	if err == nil {
-		env, err = postgres.DecodeMessage(m.Content)
-	}
-	if err != nil {
-		s.r.log.ErrorContext(ctx, "walrelay: undecodable event skipped", "error", err, "lsn", m.LSN)
-		return nil
-	}
-	h := &held{row: row, msg: relay.NewMessage(env), lsn: m.LSN, tx: s.tx, agg: aggKey(&row)}
+// event takes an event of the stream: held behind its aggregate's (ordered
+// mode), parked behind its aggregate's rows (ordered mode), held untried
+// while the broker looks down, else pending, to be published with the
+// others taken before the next flush.
+func (s *session) event(ctx context.Context, h *held) error {
+	s.events++
+	h.seq, h.tx = s.events, s.tx
 	if s.r.cfg.Ordered && h.agg != "" {
+		if s.pendingAggs[h.agg] { // one event of an aggregate per call: its outcome decides the next's
+			if err := s.flush(ctx); err != nil {
+				return err
+			}
+		}
 		if s.holds(h.agg) {
-			s.held = append(s.held, h)
+			s.hold(h)
 			return nil
 		}
 		if s.parked[h.agg] {
-			pending, err := postgres.AggregatePending(ctx, s.db, s.r.table, row.AggregateType, row.AggregateID)
+			pending, err := postgres.AggregatePending(ctx, s.db, s.r.table, h.row.AggregateType, h.row.AggregateID)
 			if err != nil {
-				return fmt.Errorf("walrelay: read parked events of %s %s: %w", row.AggregateType, row.AggregateID, err)
+				return fmt.Errorf("walrelay: read parked events of %s %s: %w", h.row.AggregateType, h.row.AggregateID, err)
 			}
 			if pending {
 				return s.park(ctx, []*held{h})
@@ -153,10 +186,157 @@ func (s *session) event(ctx context.Context, m *pglogrepl.LogicalDecodingMessage
 		}
 	}
 	if s.streak >= 2 { // the broker looks down: the retries probe it, in order
-		s.held = append(s.held, h)
+		s.hold(h)
 		return nil
 	}
-	return s.try(ctx, h, false)
+	s.pending = append(s.pending, h)
+	if s.r.cfg.Ordered && h.agg != "" {
+		s.pendingAggs[h.agg] = true
+	}
+	return nil
+}
+
+// hold adds h to the held events, in stream order.
+func (s *session) hold(h *held) {
+	i := len(s.held)
+	for i > 0 && s.held[i-1].seq > h.seq {
+		i--
+	}
+	s.held = slices.Insert(s.held, i, h)
+}
+
+// flush publishes the pending events, in stream order: each run of one
+// topic in one call (at most Config.BatchSize, since the session takes no
+// more), as long as the broker does not look down; then it holds the rest
+// untried.
+func (s *session) flush(ctx context.Context) error {
+	for len(s.pending) > 0 {
+		n := 1
+		for n < len(s.pending) && s.pending[n].row.Topic == s.pending[0].row.Topic {
+			n++
+		}
+		run := s.pending[:n]
+		var err error
+		if s.streak >= 2 {
+			for _, h := range run {
+				s.hold(h)
+			}
+		} else {
+			err = s.tryRun(ctx, run)
+		}
+		// Until now they held the position back as pending; the failed
+		// ones are held now.
+		clear(run)
+		s.pending = s.pending[n:]
+		if err != nil {
+			return err
+		}
+	}
+	s.pending = s.pending[:0]
+	clear(s.pendingAggs)
+	s.advance()
+	return nil
+}
+
+// tryRun publishes run, events of one topic, in one call, and settles each
+// by its result as try does. A BatchPublisher's results are per message;
+// a Publish call that fails tells nothing of which message failed, so its
+// events are published again, one call each, as the table relay does, and
+// those calls count (the failed call of several counts for none: it
+// confirms and proves nothing).
+func (s *session) tryRun(ctx context.Context, run []*held) error {
+	if len(run) == 1 {
+		return s.try(ctx, run[0], false)
+	}
+	msgs := make([]*message.Message, len(run))
+	now := time.Now()
+	for i, h := range run {
+		h.tried = now
+		msgs[i] = h.message()
+	}
+	errs, took := s.r.call(ctx, s.c, run[0].row.Topic, msgs)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if s.c.batch == nil {
+		if errs[0] == nil {
+			s.r.m.call(took, len(run), 0)
+			return s.succeeded(ctx)
+		}
+		s.r.m.call(took, 0, 0)
+		s.r.log.DebugContext(ctx, "walrelay: publish of several events failed; publishing them one by one",
+			"error", errs[0], "events", len(run), "topic", run[0].row.Topic)
+		for i, h := range run {
+			if s.streak >= 2 { // down: the rest wait, untried
+				for _, o := range run[i:] {
+					s.hold(o)
+				}
+				return nil
+			}
+			if err := s.try(ctx, h, false); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var ok int
+	var failed, refused []*held
+	for i, h := range run {
+		switch err := errs[i]; {
+		case err == nil:
+			ok++
+		case errors.Is(err, relay.ErrRejected):
+			h.err = err
+			refused = append(refused, h)
+		default:
+			s.failed(ctx, h, err)
+			failed = append(failed, h)
+		}
+	}
+	s.r.m.call(took, ok, len(failed)+len(refused))
+	// The call's failures held first, so that nothing settles past them.
+	for _, h := range failed {
+		s.hold(h)
+	}
+	if ok > 0 {
+		// A success confirms the lone failed call before it; the failures
+		// of this call are confirmed by a later call, as the table relay
+		// counts a BatchPublisher's (a message acknowledged in the same
+		// call confirms nothing), each as a failed call of its own: one
+		// alone between successes is its event's, two or more in a row
+		// may be an outage.
+		if err := s.succeeded(ctx); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		s.streak += len(failed)
+		s.lastFailed = failed[len(failed)-1]
+		s.retryAt = time.Now().Add(s.r.cfg.RetryInterval)
+	}
+	for _, h := range refused {
+		s.r.log.WarnContext(ctx, "walrelay: event refused by the broker; parked in the outbox table",
+			"error", h.err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn, "table", s.r.table.String())
+		if err := s.parkWith(ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// take handles what the reader passed on.
+func (s *session) take(ctx context.Context, it item) error {
+	switch it.kind {
+	case itemBegin:
+		s.begin()
+	case itemCommit:
+		s.end(it.lsn)
+	case itemKeepalive:
+		s.idle(it.lsn)
+	case itemEvent:
+		return s.event(ctx, it.ev)
+	}
+	return nil
 }
 
 // holds reports whether an event of the aggregate agg is held.
@@ -193,13 +373,20 @@ func (s *session) retry(ctx context.Context) error {
 	return nil
 }
 
-// try publishes h once: published, it is settled; refused by the broker
-// (relay.ErrRejected), parked; failed otherwise, held (again).
+// try publishes h once, in a call of its own: published, it is settled;
+// refused by the broker (relay.ErrRejected), parked; failed otherwise, held
+// (again).
 func (s *session) try(ctx context.Context, h *held, isHeld bool) error {
 	h.tried = time.Now()
-	err := s.r.publishOnce(ctx, h.row.Topic, h.msg.Copy())
+	errs, took := s.r.call(ctx, s.c, h.row.Topic, []*message.Message{h.message()})
+	err := errs[0]
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if err == nil {
+		s.r.m.call(took, 1, 0)
+	} else {
+		s.r.m.call(took, 0, 1)
 	}
 	switch {
 	case err == nil:
@@ -216,22 +403,27 @@ func (s *session) try(ctx context.Context, h *held, isHeld bool) error {
 		}
 		return s.parkWith(ctx, h)
 	default:
-		const logMsg = "walrelay: publish failed; retrying"
-		if h.err == nil { // its first failure; its retries' at Debug
-			s.r.log.WarnContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic,
-				"lsn", h.lsn, "retry_in", s.r.cfg.RetryInterval)
-		} else {
-			s.r.log.DebugContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn)
-		}
-		h.err = err
+		s.failed(ctx, h, err)
 		if !isHeld {
-			s.held = append(s.held, h)
+			s.hold(h)
 		}
 		s.streak++
 		s.lastFailed = h
 		s.retryAt = time.Now().Add(s.r.cfg.RetryInterval)
 		return nil
 	}
+}
+
+// failed logs h's failure, at Warn the first time, and keeps it.
+func (s *session) failed(ctx context.Context, h *held, err error) {
+	const logMsg = "walrelay: publish failed; retrying"
+	if h.err == nil { // its first failure; its retries' at Debug
+		s.r.log.WarnContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic,
+			"lsn", h.lsn, "retry_in", s.r.cfg.RetryInterval)
+	} else {
+		s.r.log.DebugContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn)
+	}
+	h.err = err
 }
 
 // succeeded follows a successful publish: the failure of the one call
@@ -309,6 +501,7 @@ func (s *session) park(ctx context.Context, items []*held) error {
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("walrelay: park: commit: %w", err)
 	}
+	s.r.m.parked(len(items))
 	s.remove(items)
 	if s.r.cfg.Ordered {
 		for _, h := range items {

@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for Setup
 
 	gormpg "gorm.io/driver/postgres"
@@ -59,8 +58,10 @@ type Relay struct {
 	outbox store.Outbox        // its rows: the driver's Insert
 	marker postgres.FailMarker // and its mark of failures
 
+	m *counters
+
 	okMu   sync.Mutex
-	lastOK time.Time // when the last successful Publish call began
+	lastOK time.Time // when the last successful publish call began
 }
 
 // New returns a relay that streams the database of dsn (a PostgreSQL URL or
@@ -84,7 +85,7 @@ func New(dsn string, pub message.Publisher, cfg Config) (*Relay, error) {
 	}
 	var drv postgres.Driver
 	return &Relay{dsn: dsn, pub: pub, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot),
-		table: t, outbox: drv.Outbox(t), marker: postgres.NewFailMarker(t)}, nil
+		table: t, outbox: drv.Outbox(t), marker: postgres.NewFailMarker(t), m: newCounters(cfg.MeterProvider, cfg.Slot)}, nil
 }
 
 // Config returns the relay's configuration, defaults applied.
@@ -229,7 +230,7 @@ func (r *Relay) stream(ctx context.Context) error {
 	}
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(2)
-	s := &session{r: r, db: db}
+	s := &session{r: r, db: db, c: newCaller(r.pub, r.cfg.PublishTimeout), pendingAggs: map[string]bool{}}
 	if err := s.loadParked(ctx); err != nil {
 		return err
 	}
@@ -240,112 +241,78 @@ func (r *Relay) stream(ctx context.Context) error {
 		wg.Go(func() { r.runParked(pctx) })
 		defer func() { stop(); wg.Wait() }()
 	}
-	var (
-		reported pglogrepl.LSN
-		next     = time.Now().Add(r.cfg.StatusInterval)
-	)
-	report := func(ctx context.Context) error {
-		if err := pglogrepl.SendStandbyStatusUpdate(ctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: s.confirmed}); err != nil {
-			return fmt.Errorf("walrelay: send status: %w", err)
-		}
-		reported = s.confirmed
-		next = time.Now().Add(r.cfg.StatusInterval)
-		return nil
-	}
-	// While the publisher fails, the server still hears from the relay
-	// (wal_sender_timeout would end the stream).
-	due := func() error {
-		if time.Now().Before(next) {
-			return nil
-		}
-		return report(ctx)
-	}
+	// The reader, ahead of the session, while this stream lasts; then the
+	// position confirmed last is reported (the reader is done with the
+	// connection).
+	rd := &reader{conn: conn, cfg: &r.cfg, log: r.log, pos: &s.pos,
+		out: make(chan item, max(4*r.cfg.BatchSize, 256))}
+	rctx, stopReading := context.WithCancel(ctx)
+	var readers sync.WaitGroup
+	readers.Go(func() { rd.run(rctx) })
 	defer func() {
-		if s.confirmed > reported {
+		stopReading()
+		readers.Wait()
+		s.c.close()
+		if s.confirmed > rd.reported {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			if err := report(sctx); err != nil {
+			if err := pglogrepl.SendStandbyStatusUpdate(sctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: s.confirmed}); err != nil {
 				r.log.WarnContext(ctx, "walrelay: final status not sent", "error", err, "lsn", s.confirmed)
 			}
 		}
 	}()
+	wake := time.NewTimer(time.Hour) // the next retry of a held event
+	defer wake.Stop()
 	for {
-		if err := due(); err != nil {
-			return err
-		}
 		for s.retryDue() {
 			if err := s.retry(ctx); err != nil {
 				return ended(ctx, err)
 			}
-			if err := due(); err != nil {
-				return err
-			}
-		}
-		deadline := next
-		if len(s.held) > 0 && s.retryAt.Before(deadline) {
-			deadline = s.retryAt
 		}
 		if len(s.held) >= r.cfg.MaxHeld { // read no further until some are settled
-			if !sleep(ctx, time.Until(deadline)) {
+			if !sleep(ctx, time.Until(s.retryAt)) {
 				return nil
 			}
 			continue
 		}
-		rctx, cancel := context.WithDeadline(ctx, deadline)
-		raw, err := conn.ReceiveMessage(rctx)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
+		var retry <-chan time.Time // nil: nothing held, nothing to retry
+		if len(s.held) > 0 {
+			wake.Reset(time.Until(s.retryAt))
+			retry = wake.C
+		}
+		var (
+			it item
+			ok bool
+		)
+		select {
+		case it, ok = <-rd.out:
+		case <-retry:
+			continue
+		case <-ctx.Done():
+			return nil
+		}
+		wake.Stop()
+		// What the reader has read already goes with it, up to a call's
+		// worth of events.
+		for ok {
+			if err := s.take(ctx, it); err != nil {
+				return ended(ctx, err)
 			}
-			if pgconn.Timeout(err) {
+			if len(s.pending) >= r.cfg.BatchSize || len(s.held) >= r.cfg.MaxHeld {
+				break
+			}
+			select {
+			case it, ok = <-rd.out:
 				continue
+			default:
 			}
-			return fmt.Errorf("walrelay: receive: %w", err)
+			break
 		}
-		var data []byte
-		switch m := raw.(type) {
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("walrelay: stream: %w", pgconn.ErrorResponseToPgError(m))
-		case *pgproto3.CopyData:
-			data = m.Data
-		default:
-			continue
+		if err := s.flush(ctx); err != nil {
+			return ended(ctx, err)
 		}
-		if len(data) == 0 {
-			continue
-		}
-		switch data[0] {
-		case pglogrepl.PrimaryKeepaliveMessageByteID:
-			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
-			if err != nil {
-				return fmt.Errorf("walrelay: keepalive: %w", err)
-			}
-			s.idle(k.ServerWALEnd)
-			if k.ReplyRequested {
-				next = time.Time{}
-			}
-		case pglogrepl.XLogDataByteID:
-			x, err := pglogrepl.ParseXLogData(data[1:])
-			if err != nil {
-				return fmt.Errorf("walrelay: xlog data: %w", err)
-			}
-			msg, err := pglogrepl.Parse(x.WALData)
-			if err != nil {
-				continue // a message pgoutput sends that pglogrepl does not parse: not Herald's
-			}
-			switch m := msg.(type) {
-			case *pglogrepl.BeginMessage:
-				s.begin()
-			case *pglogrepl.CommitMessage:
-				s.end(m.TransactionEndLSN)
-			case *pglogrepl.LogicalDecodingMessage:
-				if m.Transactional && m.Prefix == r.cfg.Prefix {
-					if err := s.event(ctx, m); err != nil {
-						return ended(ctx, err)
-					}
-				}
-			}
+		if !ok { // the reader stopped: what it read is handled
+			return ended(ctx, rd.err)
 		}
 	}
 }
@@ -413,41 +380,24 @@ func (r *Relay) SucceededSince(t time.Time) bool {
 	return !r.lastOK.IsZero() && !r.lastOK.Before(t)
 }
 
-// publishOnce calls Publish, within Config.PublishTimeout.
-func (r *Relay) publishOnce(ctx context.Context, topic string, msg *message.Message) error {
+// call publishes msgs (of topic) in one call of c, within
+// Config.PublishTimeout, and returns each message's error and how long the
+// call took. A call that published a message counts for SucceededSince.
+func (r *Relay) call(ctx context.Context, c *caller, topic string, msgs []*message.Message) ([]error, time.Duration) {
 	start := time.Now()
-	err := r.callPublish(ctx, topic, msg)
-	if err == nil {
-		r.okMu.Lock()
-		if start.After(r.lastOK) {
-			r.lastOK = start
-		}
-		r.okMu.Unlock()
-	}
-	return err
-}
-
-// callPublish calls Publish, within Config.PublishTimeout.
-func (r *Relay) callPublish(ctx context.Context, topic string, msg *message.Message) error {
-	done := make(chan error, 1)
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- fmt.Errorf("walrelay: publisher panicked: %v", p)
+	errs := c.publish(ctx, topic, msgs)
+	took := time.Since(start)
+	for _, err := range errs {
+		if err == nil {
+			r.okMu.Lock()
+			if start.After(r.lastOK) {
+				r.lastOK = start
 			}
-		}()
-		done <- r.pub.Publish(topic, msg)
-	}()
-	t := time.NewTimer(r.cfg.PublishTimeout)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		return err
-	case <-t.C:
-		return fmt.Errorf("%w after %v", ErrPublishTimeout, r.cfg.PublishTimeout)
-	case <-ctx.Done():
-		return ctx.Err()
+			r.okMu.Unlock()
+			break
+		}
 	}
+	return errs, took
 }
 
 // sleep waits d, or until ctx is done (false).

@@ -65,8 +65,14 @@ func ordered() *gochannel.GoChannel {
 
 func newRelay(t *testing.T, dsn, slot string, pub message.Publisher) *walrelay.Relay {
 	t.Helper()
+	return newRelayBatch(t, dsn, slot, pub, 0)
+}
+
+// newRelayBatch is newRelay with Config.BatchSize batch (0: its default).
+func newRelayBatch(t *testing.T, dsn, slot string, pub message.Publisher, batch int) *walrelay.Relay {
+	t.Helper()
 	r, err := walrelay.New(dsn, pub, walrelay.Config{
-		Slot:   slot,
+		Slot: slot, BatchSize: batch,
 		Logger: testkit.Quiet(), RetryInterval: 20 * time.Millisecond, StatusInterval: 50 * time.Millisecond,
 	})
 	testkit.Must(t, err)
@@ -206,7 +212,9 @@ func (f *failAfter) Publish(topic string, msgs ...*message.Message) error {
 func (f *failAfter) Close() error { return nil }
 
 // A relay stopped while its publisher fails confirms only what was
-// published: the next relay publishes the rest, and nothing is lost.
+// published: the next relay publishes the rest, and nothing is lost. One
+// event per call (BatchSize 1), so that the publisher's n calls are n
+// events; TestBatchRestartRedelivers is the batched case.
 func TestRelayRestartPublishesUnconfirmed(t *testing.T) {
 	db, rs := setup(t)
 	pub := ordered()
@@ -214,7 +222,7 @@ func TestRelayRestartPublishesUnconfirmed(t *testing.T) {
 	testkit.Must(t, err)
 	write(t, db, 0, 10)
 	flaky := &failAfter{pub: pub, n: 4}
-	stop := start(t, rs.new(t, flaky))
+	stop := start(t, newRelayBatch(t, rs.dsn, rs.slot, flaky, 1))
 	equal(t, receive(t, ch, 4), payloads(0, 4))
 	for flaky.seen.Load() < 6 { // failing, retried
 		time.Sleep(10 * time.Millisecond)
@@ -254,7 +262,7 @@ func TestSetupChecks(t *testing.T) {
 	if err := newRelay(t, dsn, slot, pub).Setup(context.Background()); !errors.Is(err, walrelay.ErrSlot) {
 		t.Errorf("Setup on a test_decoding slot = %v, want ErrSlot", err)
 	}
-	for _, bad := range []walrelay.Config{{Slot: "Bad-Name"}, {Publication: "x;y"}, {PublishTimeout: -1}} {
+	for _, bad := range []walrelay.Config{{Slot: "Bad-Name"}, {Publication: "x;y"}, {PublishTimeout: -1}, {BatchSize: -1}} {
 		if err := bad.Validate(); err == nil {
 			t.Errorf("Validate(%+v) = nil", bad)
 		}
@@ -262,7 +270,8 @@ func TestSetupChecks(t *testing.T) {
 }
 
 // A transaction published in part when the relay stops is published again
-// whole: its commit was never confirmed (at least once).
+// whole: its commit was never confirmed (at least once). One event per call
+// (BatchSize 1), to stop in the middle of the transaction.
 func TestRelayRestartMidTransaction(t *testing.T) {
 	db, rs := setup(t)
 	pub := ordered()
@@ -272,7 +281,7 @@ func TestRelayRestartMidTransaction(t *testing.T) {
 		return outboxhook.Add(tx, Pinged{N: 0}, Pinged{N: 1}, Pinged{N: 2})
 	}))
 	flaky := &failAfter{pub: pub, n: 2}
-	stop := start(t, rs.new(t, flaky))
+	stop := start(t, newRelayBatch(t, rs.dsn, rs.slot, flaky, 1))
 	equal(t, receive(t, ch, 2), payloads(0, 2))
 	stop()
 	start(t, rs.new(t, pub))

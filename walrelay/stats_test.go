@@ -138,7 +138,7 @@ func TestSlotLagGrowsAndShrinks(t *testing.T) {
 	}
 
 	var published atomic.Int64
-	pub := testkit.PublisherFunc(func(string, ...*message.Message) error { published.Add(1); return nil })
+	pub := testkit.PublisherFunc(func(_ string, msgs ...*message.Message) error { published.Add(int64(len(msgs))); return nil })
 	r, err := walrelay.New(e.dsn, pub, walrelay.Config{
 		Slot: e.slot, Logger: testkit.Quiet(), RetryInterval: 20 * time.Millisecond, StatusInterval: 50 * time.Millisecond,
 	})

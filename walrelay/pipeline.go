@@ -1,0 +1,344 @@
+package walrelay
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/relay"
+)
+
+// The stream is handled by two goroutines of stream's: the reader receives,
+// parses and decodes the replication messages and passes them on, in
+// stream order, through a channel; stream's own goroutine (the session)
+// takes them, publishes the events, parks the refused and confirms the
+// position. The reader also owns the connection's writes: it reports the
+// position the session confirmed every Config.StatusInterval, and when the
+// server asks, also while the session is busy publishing.
+
+// Kinds of item.
+const (
+	itemBegin     = iota // a transaction begins
+	itemCommit           // it committed: lsn is its end
+	itemEvent            // a Herald event of it: ev
+	itemKeepalive        // the server's keepalive: lsn is its WAL end
+)
+
+// item is what the reader passes on to the session.
+type item struct {
+	kind int
+	lsn  pglogrepl.LSN
+	ev   *held
+}
+
+// reader reads the stream ahead of the session.
+type reader struct {
+	conn     *pgconn.PgConn
+	cfg      *Config
+	log      *slog.Logger
+	out      chan item
+	pos      *atomic.Uint64 // the position to report: the session's confirmed
+	reported pglogrepl.LSN  // the last position reported
+	err      error          // why it stopped; read once out is closed
+
+	period context.Context // done when the next status report is due
+	cancel context.CancelFunc
+}
+
+// run reads until ctx is done or the connection fails, then closes out.
+func (rd *reader) run(ctx context.Context) {
+	defer close(rd.out)
+	rd.renew(ctx)
+	defer func() { rd.cancel() }()
+	rd.err = rd.loop(ctx)
+}
+
+// renew starts the period until the next status report.
+func (rd *reader) renew(ctx context.Context) {
+	if rd.cancel != nil {
+		rd.cancel()
+	}
+	rd.period, rd.cancel = context.WithTimeout(ctx, rd.cfg.StatusInterval)
+}
+
+// report sends the confirmed position to the server and starts the next
+// period.
+func (rd *reader) report(ctx context.Context) error {
+	lsn := pglogrepl.LSN(rd.pos.Load())
+	if err := pglogrepl.SendStandbyStatusUpdate(ctx, rd.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: lsn}); err != nil {
+		return fmt.Errorf("walrelay: send status: %w", err)
+	}
+	rd.reported = lsn
+	rd.renew(ctx)
+	return nil
+}
+
+// due reports the position when the period ended: the next status report
+// is due (false when ctx is done).
+func (rd *reader) due(ctx context.Context) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	return true, rd.report(ctx)
+}
+
+func (rd *reader) loop(ctx context.Context) error {
+	for {
+		raw, err := rd.conn.ReceiveMessage(rd.period)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if pgconn.Timeout(err) {
+				if _, err := rd.due(ctx); err != nil {
+					return err
+				}
+				continue
+			}
+			return fmt.Errorf("walrelay: receive: %w", err)
+		}
+		var data []byte
+		switch m := raw.(type) {
+		case *pgproto3.ErrorResponse:
+			return fmt.Errorf("walrelay: stream: %w", pgconn.ErrorResponseToPgError(m))
+		case *pgproto3.CopyData:
+			data = m.Data
+		default:
+			continue
+		}
+		if len(data) == 0 {
+			continue
+		}
+		var it item
+		switch data[0] {
+		case pglogrepl.PrimaryKeepaliveMessageByteID:
+			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
+			if err != nil {
+				return fmt.Errorf("walrelay: keepalive: %w", err)
+			}
+			if k.ReplyRequested {
+				if err := rd.report(ctx); err != nil {
+					return err
+				}
+			}
+			it = item{kind: itemKeepalive, lsn: k.ServerWALEnd}
+		case pglogrepl.XLogDataByteID:
+			x, err := pglogrepl.ParseXLogData(data[1:])
+			if err != nil {
+				return fmt.Errorf("walrelay: xlog data: %w", err)
+			}
+			msg, err := pglogrepl.Parse(x.WALData)
+			if err != nil {
+				continue // a message pgoutput sends that pglogrepl does not parse: not Herald's
+			}
+			switch m := msg.(type) {
+			case *pglogrepl.BeginMessage:
+				it = item{kind: itemBegin}
+			case *pglogrepl.CommitMessage:
+				it = item{kind: itemCommit, lsn: m.TransactionEndLSN}
+			case *pglogrepl.LogicalDecodingMessage:
+				if !m.Transactional || m.Prefix != rd.cfg.Prefix {
+					continue
+				}
+				h, err := decode(m)
+				if err != nil {
+					rd.log.ErrorContext(ctx, "walrelay: undecodable event skipped", "error", err, "lsn", m.LSN)
+					continue
+				}
+				it = item{kind: itemEvent, ev: h}
+			default:
+				continue
+			}
+		default:
+			continue
+		}
+		if err := rd.pass(ctx, it); err != nil {
+			return err
+		}
+	}
+}
+
+// pass hands it to the session, reporting the position while it waits.
+func (rd *reader) pass(ctx context.Context, it item) error {
+	for {
+		select {
+		case rd.out <- it:
+			return nil
+		case <-rd.period.Done():
+			if _, err := rd.due(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// decode makes the event of a logical message: its outbox row (to park it)
+// and its message, from one decoding of the content.
+func decode(m *pglogrepl.LogicalDecodingMessage) (*held, error) {
+	row, err := postgres.MessageRow(m.Content)
+	if err != nil {
+		return nil, err
+	}
+	env, err := envelope(&row)
+	if err != nil {
+		return nil, err
+	}
+	return &held{row: row, env: env, msg: relay.NewMessage(env), lsn: m.LSN, agg: aggKey(&row)}, nil
+}
+
+// envelope is the envelope of a row read from a logical message: what
+// postgres.DecodeMessage returns for its content.
+func envelope(r *store.Row) (events.Envelope, error) {
+	id, err := uuid.Parse(r.ID)
+	if err != nil {
+		return events.Envelope{}, fmt.Errorf("walrelay: decode message: id %q: %w", r.ID, err)
+	}
+	env := events.Envelope{
+		ID: id, Type: r.Type, Version: r.Version, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
+		Topic: r.Topic, OccurredAt: r.OccurredAt, Payload: r.Payload,
+	}
+	if len(r.Metadata) > 0 && string(r.Metadata) != "{}" {
+		if err := json.Unmarshal(r.Metadata, &env.Metadata); err != nil {
+			return events.Envelope{}, fmt.Errorf("walrelay: decode message %s: metadata: %w", r.ID, err)
+		}
+		if len(env.Metadata) == 0 {
+			env.Metadata = nil
+		}
+	}
+	return env, nil
+}
+
+// caller makes the session's publish calls on a worker goroutine, so that
+// a call that does not return within Config.PublishTimeout can be given up
+// on: the worker is then left to finish it (and end) while a new one makes
+// the next calls. A publisher that never returns keeps its worker for ever:
+// nothing can stop it.
+type caller struct {
+	pub     message.Publisher
+	batch   relay.BatchPublisher // pub, when it is one
+	timeout time.Duration
+	timer   *time.Timer
+	w       *worker // nil until the first call, and after one given up on
+}
+
+// worker makes calls one at a time.
+type worker struct {
+	calls   chan *call
+	results chan *call    // the call made, once it returned
+	ended   chan struct{} // closed when it ends
+}
+
+// call is one publish call: its messages (of one topic) and, once made,
+// its result, one error per message.
+type call struct {
+	ctx   context.Context // PublishBatch's, done after the timeout
+	topic string
+	msgs  []*message.Message
+	errs  []error
+}
+
+func newCaller(pub message.Publisher, timeout time.Duration) *caller {
+	c := &caller{pub: pub, timeout: timeout, timer: time.NewTimer(time.Hour)}
+	c.timer.Stop()
+	c.batch, _ = pub.(relay.BatchPublisher)
+	return c
+}
+
+// start starts a worker.
+func (c *caller) start() {
+	w := &worker{calls: make(chan *call), results: make(chan *call, 1), ended: make(chan struct{})}
+	c.w = w
+	go func() {
+		defer close(w.ended)
+		for k := range w.calls {
+			c.run(k)
+			w.results <- k
+		}
+	}()
+}
+
+// close ends the worker, which is idle (no call is in flight), and waits
+// for it.
+func (c *caller) close() {
+	if c.w != nil {
+		close(c.w.calls)
+		<-c.w.ended
+		c.w = nil
+	}
+}
+
+// abandon leaves the worker to the call it makes, after which it ends, and
+// forgets it.
+func (c *caller) abandon() {
+	close(c.w.calls)
+	c.w = nil
+}
+
+// run makes k's call, turning a panic into an error.
+func (c *caller) run(k *call) {
+	defer func() {
+		if p := recover(); p != nil {
+			fillErr(k.errs, fmt.Errorf("walrelay: publisher panicked: %v", p))
+		}
+	}()
+	if c.batch != nil {
+		errs := c.batch.PublishBatch(k.ctx, k.topic, k.msgs...)
+		if len(errs) != len(k.msgs) {
+			fillErr(k.errs, fmt.Errorf("walrelay: PublishBatch returned %d results for %d messages", len(errs), len(k.msgs)))
+			return
+		}
+		copy(k.errs, errs)
+		return
+	}
+	fillErr(k.errs, c.pub.Publish(k.topic, k.msgs...))
+}
+
+func fillErr(errs []error, err error) {
+	for i := range errs {
+		errs[i] = err
+	}
+}
+
+// publish publishes msgs (of topic) in one call, within the timeout, and
+// returns each message's error: Publish's for every one of them, or
+// PublishBatch's own. ctx done, it returns ctx's error for each, leaving
+// the call to the worker.
+func (c *caller) publish(ctx context.Context, topic string, msgs []*message.Message) []error {
+	k := &call{ctx: context.Background(), topic: topic, msgs: msgs, errs: make([]error, len(msgs))}
+	if c.batch != nil {
+		var cancel context.CancelFunc
+		k.ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
+		defer cancel()
+	}
+	if c.w == nil {
+		c.start()
+	}
+	c.w.calls <- k // the worker is idle: it returned its last call
+	c.timer.Reset(c.timeout)
+	defer c.timer.Stop()
+	var err error
+	select {
+	case <-c.w.results:
+		return k.errs
+	case <-c.timer.C:
+		err = fmt.Errorf("%w after %v", ErrPublishTimeout, c.timeout)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	c.abandon() // k.errs is the worker's until it returns
+	errs := make([]error, len(msgs))
+	fillErr(errs, err)
+	return errs
+}
