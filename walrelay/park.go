@@ -334,6 +334,9 @@ func (s *session) take(ctx context.Context, it item) error {
 	case itemKeepalive:
 		s.idle(it.lsn)
 	case itemEvent:
+		if it.ev == nil { // undecodable: the decoder logged it
+			return nil
+		}
 		return s.event(ctx, it.ev)
 	}
 	return nil

@@ -1,10 +1,13 @@
 package walrelay
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -20,19 +23,21 @@ import (
 	"github.com/heraldgo/herald/relay"
 )
 
-// The stream is handled by two goroutines of stream's: the reader receives,
-// parses and decodes the replication messages and passes them on, in
-// stream order, through a channel; stream's own goroutine (the session)
-// takes them, publishes the events, parks the refused and confirms the
-// position. The reader also owns the connection's writes: it reports the
-// position the session confirmed every Config.StatusInterval, and when the
-// server asks, also while the session is busy publishing.
+// The stream is handled by goroutines of stream's: the reader receives and
+// parses the replication messages and passes them on in chunks, in stream
+// order, through a channel; decoders (decoders of them) decode the chunks'
+// events meanwhile, in parallel; stream's own goroutine (the session) takes
+// each chunk once decoded, in order, publishes the events, parks the
+// refused and confirms the position. The reader also owns the connection's
+// writes: it reports the position the session confirmed every
+// Config.StatusInterval, and when the server asks, also while the session
+// is busy publishing.
 
 // Kinds of item.
 const (
 	itemBegin     = iota // a transaction begins
 	itemCommit           // it committed: lsn is its end
-	itemEvent            // a Herald event of it: ev
+	itemEvent            // a Herald event of it: ev, once decoded (nil: undecodable, skipped)
 	itemKeepalive        // the server's keepalive: lsn is its WAL end
 )
 
@@ -40,29 +45,78 @@ const (
 type item struct {
 	kind int
 	lsn  pglogrepl.LSN
+	raw  *pglogrepl.LogicalDecodingMessage // an event's, until decoded
 	ev   *held
 }
+
+// chunk is items the reader passes on together: a transaction, or
+// chunkEvents events of one, or a keepalive. Its events are decoded by a
+// decoder before the session takes it.
+type chunk struct {
+	items  []item
+	events int
+	done   chan struct{} // closed once its events are decoded; nil: none
+}
+
+const (
+	chunkEvents = 64 // events at most in a chunk
+	chunksAhead = 64 // chunks the reader reads ahead of the session, at most
+)
+
+// decoders is how many goroutines decode events: the JSON decoding is most
+// of a stream's cost in the relay's process.
+var decoders = min(max(runtime.GOMAXPROCS(0), 1), 4)
 
 // reader reads the stream ahead of the session.
 type reader struct {
 	conn     *pgconn.PgConn
 	cfg      *Config
 	log      *slog.Logger
-	out      chan item
+	out      chan *chunk    // to the session, in stream order
+	work     chan *chunk    // to the decoders
 	pos      *atomic.Uint64 // the position to report: the session's confirmed
 	reported pglogrepl.LSN  // the last position reported
 	err      error          // why it stopped; read once out is closed
 
+	cur    *chunk
 	period context.Context // done when the next status report is due
 	cancel context.CancelFunc
 }
 
-// run reads until ctx is done or the connection fails, then closes out.
-func (rd *reader) run(ctx context.Context) {
+func newReader(conn *pgconn.PgConn, cfg *Config, log *slog.Logger, pos *atomic.Uint64) *reader {
+	return &reader{conn: conn, cfg: cfg, log: log, pos: pos, cur: &chunk{},
+		out: make(chan *chunk, chunksAhead), work: make(chan *chunk, chunksAhead)}
+}
+
+// run reads until ctx is done or the connection fails, then closes out and
+// work. Its decoders end once work is drained; wg waits for them.
+func (rd *reader) run(ctx context.Context, wg *sync.WaitGroup) {
+	for range decoders {
+		wg.Go(rd.decode)
+	}
 	defer close(rd.out)
+	defer close(rd.work)
 	rd.renew(ctx)
 	defer func() { rd.cancel() }()
 	rd.err = rd.loop(ctx)
+}
+
+// decode decodes the events of the chunks of work, until it is closed.
+func (rd *reader) decode() {
+	for c := range rd.work {
+		for i := range c.items {
+			it := &c.items[i]
+			if it.kind != itemEvent {
+				continue
+			}
+			h, err := decode(it.raw)
+			if err != nil {
+				rd.log.Error("walrelay: undecodable event skipped", "error", err, "lsn", it.raw.LSN)
+			}
+			it.ev, it.raw = h, nil
+		}
+		close(c.done)
+	}
 }
 
 // renew starts the period until the next status report.
@@ -85,13 +139,12 @@ func (rd *reader) report(ctx context.Context) error {
 	return nil
 }
 
-// due reports the position when the period ended: the next status report
-// is due (false when ctx is done).
-func (rd *reader) due(ctx context.Context) (bool, error) {
+// due reports the position once the period ended, unless ctx is done.
+func (rd *reader) due(ctx context.Context) error {
 	if ctx.Err() != nil {
-		return false, ctx.Err()
+		return ctx.Err()
 	}
-	return true, rd.report(ctx)
+	return rd.report(ctx)
 }
 
 func (rd *reader) loop(ctx context.Context) error {
@@ -102,7 +155,10 @@ func (rd *reader) loop(ctx context.Context) error {
 				return ctx.Err()
 			}
 			if pgconn.Timeout(err) {
-				if _, err := rd.due(ctx); err != nil {
+				if err := rd.flush(ctx); err != nil {
+					return err
+				}
+				if err := rd.due(ctx); err != nil {
 					return err
 				}
 				continue
@@ -152,36 +208,99 @@ func (rd *reader) loop(ctx context.Context) error {
 				if !m.Transactional || m.Prefix != rd.cfg.Prefix {
 					continue
 				}
-				h, err := decode(m)
-				if err != nil {
-					rd.log.ErrorContext(ctx, "walrelay: undecodable event skipped", "error", err, "lsn", m.LSN)
-					continue
-				}
-				it = item{kind: itemEvent, ev: h}
+				m.Content = bytes.Clone(m.Content) // it was the connection's buffer, which the next receive reuses
+				it = item{kind: itemEvent, raw: m}
 			default:
 				continue
 			}
 		default:
 			continue
 		}
-		if err := rd.pass(ctx, it); err != nil {
-			return err
+		rd.cur.items = append(rd.cur.items, it)
+		if it.kind == itemEvent {
+			rd.cur.events++
 		}
-	}
-}
-
-// pass hands it to the session, reporting the position while it waits.
-func (rd *reader) pass(ctx context.Context, it item) error {
-	for {
-		select {
-		case rd.out <- it:
-			return nil
-		case <-rd.period.Done():
-			if _, err := rd.due(ctx); err != nil {
+		// A transaction comes whole once committed (pgoutput protocol 1
+		// does not stream one in progress): the chunk waits for nothing
+		// at its end, or at a keepalive.
+		if it.kind == itemCommit || it.kind == itemKeepalive || rd.cur.events >= chunkEvents {
+			if err := rd.flush(ctx); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// flush passes the current chunk on: to the decoders when it has events,
+// and to the session; it reports the position while it waits.
+func (rd *reader) flush(ctx context.Context) error {
+	c := rd.cur
+	if len(c.items) == 0 {
+		return nil
+	}
+	rd.cur = &chunk{items: make([]item, 0, len(c.items))}
+	if c.events > 0 {
+		c.done = make(chan struct{})
+		if err := rd.pass(ctx, rd.work, c); err != nil {
+			return err
+		}
+	}
+	return rd.pass(ctx, rd.out, c)
+}
+
+// pass sends c on ch, reporting the position while it waits.
+func (rd *reader) pass(ctx context.Context, ch chan<- *chunk, c *chunk) error {
+	for {
+		select {
+		case ch <- c:
+			return nil
+		case <-rd.period.Done():
+			if err := rd.due(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// inbox is the session's side of the reader's chunks: the items one by
+// one, in stream order, each chunk once decoded.
+type inbox struct {
+	ch  <-chan *chunk
+	cur *chunk
+	i   int
+}
+
+// ready reports whether an item is there without waiting (a chunk received
+// waits only for its decoding).
+func (in *inbox) ready() bool {
+	if in.cur != nil && in.i < len(in.cur.items) {
+		return true
+	}
+	select {
+	case c, ok := <-in.ch:
+		if !ok {
+			return false
+		}
+		in.set(c)
+		return true
+	default:
+		return false
+	}
+}
+
+func (in *inbox) set(c *chunk) {
+	if c.done != nil {
+		<-c.done
+	}
+	in.cur, in.i = c, 0
+}
+
+// next returns the next item of the current chunk (after ready, or wait).
+func (in *inbox) next() item {
+	it := in.cur.items[in.i]
+	in.cur.items[in.i] = item{}
+	in.i++
+	return it
 }
 
 // decode makes the event of a logical message: its outbox row (to park it)

@@ -244,11 +244,10 @@ func (r *Relay) stream(ctx context.Context) error {
 	// The reader, ahead of the session, while this stream lasts; then the
 	// position confirmed last is reported (the reader is done with the
 	// connection).
-	rd := &reader{conn: conn, cfg: &r.cfg, log: r.log, pos: &s.pos,
-		out: make(chan item, max(4*r.cfg.BatchSize, 256))}
+	rd := newReader(conn, &r.cfg, r.log, &s.pos)
 	rctx, stopReading := context.WithCancel(ctx)
-	var readers sync.WaitGroup
-	readers.Go(func() { rd.run(rctx) })
+	var readers sync.WaitGroup // the reader and its decoders
+	readers.Go(func() { rd.run(rctx, &readers) })
 	defer func() {
 		stopReading()
 		readers.Wait()
@@ -261,6 +260,7 @@ func (r *Relay) stream(ctx context.Context) error {
 			}
 		}
 	}()
+	in := &inbox{ch: rd.out}
 	wake := time.NewTimer(time.Hour) // the next retry of a held event
 	defer wake.Stop()
 	for {
@@ -275,44 +275,37 @@ func (r *Relay) stream(ctx context.Context) error {
 			}
 			continue
 		}
-		var retry <-chan time.Time // nil: nothing held, nothing to retry
-		if len(s.held) > 0 {
-			wake.Reset(time.Until(s.retryAt))
-			retry = wake.C
+		if !in.ready() {
+			var retry <-chan time.Time // nil: nothing held, nothing to retry
+			if len(s.held) > 0 {
+				wake.Reset(time.Until(s.retryAt))
+				retry = wake.C
+			}
+			select {
+			case c, ok := <-rd.out:
+				if !ok { // the reader stopped: what it read is handled
+					return ended(ctx, rd.err)
+				}
+				in.set(c)
+			case <-retry:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+			wake.Stop()
 		}
-		var (
-			it item
-			ok bool
-		)
-		select {
-		case it, ok = <-rd.out:
-		case <-retry:
-			continue
-		case <-ctx.Done():
-			return nil
-		}
-		wake.Stop()
 		// What the reader has read already goes with it, up to a call's
 		// worth of events.
-		for ok {
-			if err := s.take(ctx, it); err != nil {
+		for in.ready() {
+			if err := s.take(ctx, in.next()); err != nil {
 				return ended(ctx, err)
 			}
 			if len(s.pending) >= r.cfg.BatchSize || len(s.held) >= r.cfg.MaxHeld {
 				break
 			}
-			select {
-			case it, ok = <-rd.out:
-				continue
-			default:
-			}
-			break
 		}
 		if err := s.flush(ctx); err != nil {
 			return ended(ctx, err)
-		}
-		if !ok { // the reader stopped: what it read is handled
-			return ended(ctx, rd.err)
 		}
 	}
 }
