@@ -43,7 +43,8 @@
 // -partitions (PostgreSQL) runs the relays with retention by partition drop
 // on 2s ranges. The relays' publisher errors always carry a NUL byte and
 // invalid UTF-8. The writers' saves are timed (-judge-saves fails the run on
-// one slower than -slow-save).
+// one slower than -slow-save; on SQLite, on a transaction of a relay or a
+// consumer that held the write lock that long).
 //
 // -storage wal writes the events in PostgreSQL's WAL (outboxhook.StorageWAL)
 // on a private server at wal_level=logical, which the run restarts once; each

@@ -153,7 +153,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.host.partitions, "partitions", false, "PostgreSQL: relays keep published events 3s and drop whole partitions of 2s ranges (DropPartitions), maintained every second")
 	fs.DurationVar(&o.host.keep, "keep", 0, "the relays keep published events this long (relay.Config.Retention), so that an order violation's rows can still be described at the end (0: deleted when published; not with -partitions)")
 	fs.DurationVar(&o.host.slowSave, "slow-save", time.Second, "a writer's save slower than this counts as held back")
-	fs.BoolVar(&o.host.judgedSaves, "judge-saves", false, "fail the run when a writer's save is slower than -slow-save")
+	fs.BoolVar(&o.host.judgedSaves, "judge-saves", false, "fail the run when a writer's save is slower than -slow-save (SQLite: when a relay's or consumer's transaction held the write lock that long, frozen relays excepted; the saves are shown)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
