@@ -53,9 +53,10 @@ type Config struct {
 	// prefixes are skipped. Defaults to "herald"
 	// (outboxhook.DefaultWALPrefix).
 	Prefix string
-	// PublishTimeout bounds one Publish call; a call that has not returned
-	// by then counts as failed, and the event is published again. Defaults
-	// to 10s (DefaultPublishTimeout).
+	// PublishTimeout bounds one publish call (Publish, or PublishBatch,
+	// whose context is done then), of one or more events; a call that has
+	// not returned by then counts as failed for each of them, and they are
+	// published again. Defaults to 10s (DefaultPublishTimeout).
 	PublishTimeout time.Duration
 	// RetryInterval is the wait after a failed publish, or a lost
 	// connection, before trying again. Defaults to 1s
@@ -81,8 +82,10 @@ type Config struct {
 	// publish failed and the failure is not yet told to be the event's own
 	// (the broker may be down) or, in ordered mode, wait behind such an
 	// event of their aggregate: at that many it reads no further from the
-	// slot until some are published or parked. Defaults to 1000
-	// (DefaultMaxHeld).
+	// slot until some are published or parked (beyond them, what the
+	// relay read ahead stays in memory too: at most 64 chunks of the
+	// stream, a transaction or at most 64 of its events each). Defaults to
+	// 1000 (DefaultMaxHeld).
 	MaxHeld int
 	// Parked, when set, is the configuration of a table relay (relay.New)
 	// that the relay runs itself over Table while it streams the slot, with

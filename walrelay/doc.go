@@ -22,6 +22,51 @@
 // flight the relay confirms the position the server reports, so a slot with
 // no traffic of its own does not hold WAL back.
 //
+// # Pipelining and batches
+//
+// While the relay publishes, it reads on: a reader goroutine receives and
+// parses the stream, decoder goroutines (up to 4, GOMAXPROCS at most)
+// decode its events, and up to 64 chunks of it (a transaction or at most
+// 64 of its events each) wait, decoded, for the publisher. When the
+// publisher returns and several events are there already, the next call
+// carries them all, up to Config.BatchSize, in stream order: one
+// PublishBatch call per run of events of one topic when the publisher is a
+// relay.BatchPublisher (a result per message), else one Publish call per
+// run. The relay never waits for more events to fill a call: one event
+// alone goes at once. In ordered mode a call carries at most one event of
+// each aggregate, so that its result decides what the aggregate's next
+// event does (held, parked, or published). The position is confirmed as
+// before: past a transaction only once each of its events and of those
+// before it was published or parked, whatever calls carried them.
+//
+// Failures map onto the rules below call by call. A Publish call of several
+// events that fails tells nothing of which failed (and the broker may have
+// taken some): its events are published again at once, one call each, as
+// the table relay does, and those calls count, not the failed one (which
+// confirms nothing). A PublishBatch call reports each message: an error
+// wrapping relay.ErrRejected parks its event at once; the acknowledged
+// ones count as a successful call, which confirms a lone failed call before
+// it; each other failure counts as a failed call after it (a message
+// acknowledged in the same call confirms nothing, as in the table relay),
+// so that one alone is confirmed, and its event parked, by the next
+// successful call, and two or more (the broker may have gone away in the
+// middle of the call) are an outage, which parks nothing. Held events are
+// retried one call each.
+//
+// # Telemetry
+//
+// With Config.MeterProvider (otel.GetMeterProvider() by default, a no-op
+// until the application installs an SDK) the relay counts, with a slot
+// attribute: herald.wal.published (events the publisher acknowledged),
+// herald.wal.failed (failed attempts, one per event of each failed call,
+// those of a failed Publish call of several events, published again one by
+// one at once, not counted), herald.wal.parked (events written to the
+// outbox table: refused, or behind a refused one of their aggregate), and
+// records herald.wal.publish.duration (seconds, each publish call). Through
+// OpenTelemetry's Prometheus exporter: herald_wal_published_total,
+// herald_wal_failed_total, herald_wal_parked_total and
+// herald_wal_publish_duration_seconds. ObserveSlot makes the slot's gauges.
+//
 // # What it costs the server
 //
 // A slot keeps every WAL segment from its confirmed position on, whether a

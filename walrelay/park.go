@@ -210,6 +210,7 @@ func (s *session) hold(h *held) {
 // more), as long as the broker does not look down; then it holds the rest
 // untried.
 func (s *session) flush(ctx context.Context) error {
+	buf := s.pending
 	for len(s.pending) > 0 {
 		n := 1
 		for n < len(s.pending) && s.pending[n].row.Topic == s.pending[0].row.Topic {
@@ -232,7 +233,7 @@ func (s *session) flush(ctx context.Context) error {
 			return err
 		}
 	}
-	s.pending = s.pending[:0]
+	s.pending = buf[:0]
 	clear(s.pendingAggs)
 	s.advance()
 	return nil

@@ -105,6 +105,9 @@ func (l *logicalServer) scratch() (string, func(), error) {
 	}, nil
 }
 
+// walBatchSize is walrelay's Config.BatchSize in the bench (-wal-batch).
+var walBatchSize int
+
 // runWAL measures the outbox in the WAL (outboxhook.StorageWAL + walrelay)
 // beside the outbox table, on a private server at wal_level=logical, both
 // modes in one run: the write path, the burn-down of a backlog written while
@@ -122,6 +125,7 @@ func runWAL(fs *flag.FlagSet, args []string) error {
 	latDur := fs.Duration("latency-duration", 10*time.Second, "latency: how long to write")
 	latRounds := fs.Int("latency-rounds", 3, "latency: rounds (both modes in a random order within a round)")
 	status := fs.Duration("status-interval", 0, "walrelay Config.StatusInterval (0: its default)")
+	fs.IntVar(&walBatchSize, "wal-batch", 0, "walrelay Config.BatchSize, events per publish call at most (0: its default; 1: one event per call)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	only := fs.String("only", "", "burn: run only the scenarios whose name contains this (walrelay, SQL reference, table, decoding)")
 	if err := fs.Parse(args); err != nil {
@@ -467,7 +471,7 @@ func walBurnOne(l *logicalServer, name string, n int, pk string, status time.Dur
 			took = publishTook
 		}
 	case walRelayRun, walDecode:
-		cfg := walrelay.Config{Slot: pgtest.Name("herald_s_"), StatusInterval: status, Logger: discardLogger()}
+		cfg := walrelay.Config{Slot: pgtest.Name("herald_s_"), StatusInterval: status, BatchSize: walBatchSize, Logger: discardLogger()}
 		ctx := context.Background()
 		if err := walrelay.Setup(ctx, dsn, cfg); err != nil { // the slot first: it keeps only what is written after it
 			closeGorm(db)
@@ -602,7 +606,7 @@ func walLatencyOne(l *logicalServer, wal bool, rate int, dur time.Duration, writ
 	defer relayWG.Wait() // after cancel (deferred later, run first)
 	defer cancel()
 	if wal {
-		cfg := walrelay.Config{Slot: pgtest.Name("herald_s_"), StatusInterval: status, Logger: discardLogger()}
+		cfg := walrelay.Config{Slot: pgtest.Name("herald_s_"), StatusInterval: status, BatchSize: walBatchSize, Logger: discardLogger()}
 		if err := walrelay.Setup(ctx, dsn, cfg); err != nil {
 			return nil, "", err
 		}
