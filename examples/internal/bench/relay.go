@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -333,8 +334,8 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 	var first map[string]float64
 	fmt.Printf("Burn-down of %d pending events on %s, events/s (one run each)\n\n", n, bdb.name)
 	for i, pk := range strings.Split(pubs, ",") {
-		fmt.Printf("publisher: %s\n\n| scenario | events/s | time |\n|---|---:|---:|\n", pk)
-		results := map[string]float64{}
+		fmt.Printf("publisher: %s\n\n| scenario | events/s | time | machine CPU per event (relay, database, broker) |\n|---|---:|---:|---:|\n", pk)
+		results, cpus := map[string]float64{}, map[string]time.Duration{}
 		if i == 0 {
 			first = results
 		}
@@ -359,9 +360,11 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 			if err == nil && s.outboxed {
 				err = loadOutbox(db, n, topic)
 			}
+			cpu0 := machineCPU()
 			if err == nil {
 				err = s.run(db, dsn, cp, cp.done)
 			}
+			cpu := (machineCPU() - cpu0) / time.Duration(n)
 			took := publishTook
 			if referenceTook > 0 {
 				took = referenceTook
@@ -378,8 +381,8 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 				return nil, fmt.Errorf("%s: %w", s.name, err)
 			}
 			rate := float64(n) / took.Seconds()
-			results[s.name] = rate
-			fmt.Printf("| %s | %.0f | %.2f s |\n", s.name, rate, took.Seconds())
+			results[s.name], cpus[s.name] = rate, cpu
+			fmt.Printf("| %s | %.0f | %.2f s | %.1f µs |\n", s.name, rate, took.Seconds(), float64(cpu)/float64(time.Microsecond))
 			fmt.Fprintf(os.Stderr, "%s / %s: %.0f events/s\n", pk, s.name, rate)
 		}
 		ref, un, ord := results[scenarios[0].name], results[scenarios[1].name], results[scenarios[2].name]
@@ -390,6 +393,7 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 				fmt.Printf(", %.0f%% of the lower of the two references (goal >= 75%%)", 100*un/min(broker, ref))
 			}
 			fmt.Println()
+			machineBound(ref, broker, un, cpus[scenarios[0].name], cpus[brokerRef], cpus[scenarios[1].name])
 		}
 		switch {
 		case ref > 0 && un > 0 && fast > 0 && ord > 0:
@@ -403,6 +407,23 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 	}
 	return first, nil
 }
+
+// machineBound prints what the machine allows a relay that does the work of
+// both references: its cores divided by the CPU time both take per event
+// (each measured alone, in this run), beside the relay's own figures.
+func machineBound(sqlRef, brokerRef, un float64, sqlCPU, brokerCPU, unCPU time.Duration) {
+	both := sqlCPU + brokerCPU
+	if both <= 0 || sqlRef <= 0 || un <= 0 {
+		return
+	}
+	cores := float64(runtime.NumCPU())
+	bound := cores / both.Seconds()
+	fmt.Printf("machine: the two references' CPU per event together %.1f µs (SQL %.1f, broker %.1f): %d cores allow %.0f events/s "+
+		"for their work alone; Herald's unordered %.0f%% of that, at %.1f µs of CPU per event; 75%% of the lower reference needs %.1f µs or less\n",
+		us(both), us(sqlCPU), us(brokerCPU), runtime.NumCPU(), bound, 100*un/bound, us(unCPU), cores/(0.75*min(sqlRef, brokerRef))*1e6)
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // The scenarios the summary compares with, by name.
 const (
