@@ -18,10 +18,11 @@ import (
 // clockTick is the unit of /proc's CPU times (USER_HZ, 100 on Linux).
 const clockTick = 10 * time.Millisecond
 
-// serverNames are the broker and database processes counted by name (the
-// PostgreSQL cluster on 5432 is counted by its postmaster's process tree:
-// other PostgreSQL servers on the machine, tests' own, are left out).
-var serverNames = map[string]bool{"nats-server": true, "beam.smp": true, "mariadbd": true, "mysqld": true, "redis-server": true}
+// serverNames are the broker processes counted by name (the databases are
+// MySQL's mariadbd or mysqld and the PostgreSQL cluster on 5432, counted by
+// its postmaster's process tree: other PostgreSQL servers on the machine,
+// tests' own, are left out).
+var serverNames = map[string]bool{"nats-server": true, "beam.smp": true, "redis-server": true}
 
 // procCPU reads a process's CPU times from /proc/<pid>/stat: its own (user +
 // system) and its reaped children's, with its parent's pid and its name.
@@ -45,13 +46,28 @@ func procCPU(pid string) (own, children time.Duration, ppid, name string, ok boo
 	return ticks(11) + ticks(12), ticks(13) + ticks(14), f[1], name, true
 }
 
+// cpuUse is CPU time by program: this process (the relay or the
+// reference's client), the database server, the broker.
+type cpuUse struct{ self, db, broker time.Duration }
+
+func (c cpuUse) total() time.Duration { return c.self + c.db + c.broker }
+
+func (c cpuUse) sub(d cpuUse) cpuUse {
+	return cpuUse{c.self - d.self, c.db - d.db, c.broker - d.broker}
+}
+
+func (c cpuUse) per(n int) cpuUse {
+	d := time.Duration(n)
+	return cpuUse{c.self / d, c.db / d, c.broker / d}
+}
+
 // machineCPU is the CPU time used so far by this process, the PostgreSQL
 // cluster on 5432 (its postmaster, the backends it reaped, the live ones)
-// and the broker and MySQL servers named in serverNames.
-func machineCPU() time.Duration {
-	var total time.Duration
+// and MySQL, and the brokers named in serverNames.
+func machineCPU() cpuUse {
+	var total cpuUse
 	if own, _, _, _, ok := procCPU("self"); ok {
-		total += own
+		total.self = own
 	}
 	postmaster := ""
 	if b, err := os.ReadFile("/var/run/postgresql/.s.PGSQL.5432.lock"); err == nil {
@@ -67,9 +83,11 @@ func machineCPU() time.Duration {
 		switch {
 		case !ok:
 		case pid == postmaster:
-			total += own + reaped
-		case postmaster != "" && ppid == postmaster, serverNames[name]:
-			total += own
+			total.db += own + reaped
+		case postmaster != "" && ppid == postmaster, name == "mariadbd", name == "mysqld":
+			total.db += own
+		case serverNames[name]:
+			total.broker += own
 		}
 	}
 	return total

@@ -334,8 +334,8 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 	var first map[string]float64
 	fmt.Printf("Burn-down of %d pending events on %s, events/s (one run each)\n\n", n, bdb.name)
 	for i, pk := range strings.Split(pubs, ",") {
-		fmt.Printf("publisher: %s\n\n| scenario | events/s | time | machine CPU per event (relay, database, broker) |\n|---|---:|---:|---:|\n", pk)
-		results, cpus := map[string]float64{}, map[string]time.Duration{}
+		fmt.Printf("publisher: %s\n\n| scenario | events/s | time | machine CPU per event: all (relay + database + broker) |\n|---|---:|---:|---:|\n", pk)
+		results, cpus := map[string]float64{}, map[string]cpuUse{}
 		if i == 0 {
 			first = results
 		}
@@ -364,7 +364,7 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 			if err == nil {
 				err = s.run(db, dsn, cp, cp.done)
 			}
-			cpu := (machineCPU() - cpu0) / time.Duration(n)
+			cpu := machineCPU().sub(cpu0).per(n)
 			took := publishTook
 			if referenceTook > 0 {
 				took = referenceTook
@@ -382,7 +382,8 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 			}
 			rate := float64(n) / took.Seconds()
 			results[s.name], cpus[s.name] = rate, cpu
-			fmt.Printf("| %s | %.0f | %.2f s | %.1f µs |\n", s.name, rate, took.Seconds(), float64(cpu)/float64(time.Microsecond))
+			fmt.Printf("| %s | %.0f | %.2f s | %.1f µs (%.1f + %.1f + %.1f) |\n", s.name, rate, took.Seconds(),
+				us(cpu.total()), us(cpu.self), us(cpu.db), us(cpu.broker))
 			fmt.Fprintf(os.Stderr, "%s / %s: %.0f events/s\n", pk, s.name, rate)
 		}
 		ref, un, ord := results[scenarios[0].name], results[scenarios[1].name], results[scenarios[2].name]
@@ -393,7 +394,7 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 				fmt.Printf(", %.0f%% of the lower of the two references (goal >= 75%%)", 100*un/min(broker, ref))
 			}
 			fmt.Println()
-			machineBound(ref, broker, un, cpus[scenarios[0].name], cpus[brokerRef], cpus[scenarios[1].name])
+			machineBound(ref, broker, un, cpus[scenarios[0].name].total(), cpus[brokerRef].total(), cpus[scenarios[1].name].total())
 		}
 		switch {
 		case ref > 0 && un > 0 && fast > 0 && ord > 0:
