@@ -26,8 +26,10 @@
 //
 // While the relay publishes, it reads on: a reader goroutine receives and
 // parses the stream, decoder goroutines (up to 4, GOMAXPROCS at most)
-// decode its events, and up to 64 chunks of it (a transaction or at most
-// 64 of its events each) wait, decoded, for the publisher. When the
+// decode its events (the reader decodes a chunk of a few itself when
+// nothing else waits for the publisher), and up to 64 chunks of it (a
+// transaction or at most 64 of its events each) wait, decoded, for the
+// publisher. When the
 // publisher returns and several events are there already, the next call
 // carries them all, up to Config.BatchSize, in stream order: one
 // PublishBatch call per run of events of one topic when the publisher is a

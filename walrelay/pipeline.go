@@ -19,7 +19,6 @@ import (
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -59,8 +58,9 @@ type chunk struct {
 }
 
 const (
-	chunkEvents = 64 // events at most in a chunk
-	chunksAhead = 64 // chunks the reader reads ahead of the session, at most
+	chunkEvents  = 64 // events at most in a chunk
+	chunksAhead  = 64 // chunks the reader reads ahead of the session, at most
+	inlineEvents = 4  // events of a chunk the reader decodes itself while the session waits
 )
 
 // decoders is how many goroutines decode events: the JSON decoding is most
@@ -104,18 +104,23 @@ func (rd *reader) run(ctx context.Context, wg *sync.WaitGroup) {
 // decode decodes the events of the chunks of work, until it is closed.
 func (rd *reader) decode() {
 	for c := range rd.work {
-		for i := range c.items {
-			it := &c.items[i]
-			if it.kind != itemEvent {
-				continue
-			}
-			h, err := decode(it.raw)
-			if err != nil {
-				rd.log.Error("walrelay: undecodable event skipped", "error", err, "lsn", it.raw.LSN)
-			}
-			it.ev, it.raw = h, nil
-		}
+		rd.decodeChunk(c)
 		close(c.done)
+	}
+}
+
+// decodeChunk decodes the events of c.
+func (rd *reader) decodeChunk(c *chunk) {
+	for i := range c.items {
+		it := &c.items[i]
+		if it.kind != itemEvent {
+			continue
+		}
+		h, err := decode(it.raw)
+		if err != nil {
+			rd.log.Error("walrelay: undecodable event skipped", "error", err, "lsn", it.raw.LSN)
+		}
+		it.ev, it.raw = h, nil
 	}
 }
 
@@ -239,7 +244,13 @@ func (rd *reader) flush(ctx context.Context) error {
 		return nil
 	}
 	rd.cur = &chunk{items: make([]item, 0, len(c.items))}
-	if c.events > 0 {
+	switch {
+	case c.events == 0:
+	case c.events <= inlineEvents && len(rd.out) == 0:
+		// The session waits for it: decoded here, it reaches the
+		// publisher a goroutine's hand-over sooner.
+		rd.decodeChunk(c)
+	default:
 		c.done = make(chan struct{})
 		if err := rd.pass(ctx, rd.work, c); err != nil {
 			return err
@@ -306,7 +317,7 @@ func (in *inbox) next() item {
 // decode makes the event of a logical message: its outbox row (to park it)
 // and its message, from one decoding of the content.
 func decode(m *pglogrepl.LogicalDecodingMessage) (*held, error) {
-	row, err := postgres.MessageRow(m.Content)
+	row, err := messageRow(m.Content)
 	if err != nil {
 		return nil, err
 	}
