@@ -13,7 +13,7 @@ import (
 )
 
 // messageRow reads the outbox row of an event from its logical message's
-// content: postgres.MessageRow, which decodes it with encoding/json, for
+// content (which the row may share: see fastRow): postgres.MessageRow, which decodes it with encoding/json, for
 // anything but what postgres.EncodeMessage writes in the common case, which
 // fastRow reads several times faster (the decoding is most of the relay's
 // cost per event).
@@ -29,7 +29,8 @@ func messageRow(content []byte) (store.Row, error) {
 // escapes and in valid UTF-8, a valid id and time, a valid payload. For
 // anything else ok is false, and the caller decodes it with encoding/json.
 // For what postgres.EncodeMessage writes, fastRow returns what
-// postgres.MessageRow returns, or nothing.
+// postgres.MessageRow returns, or nothing. The row's Payload and Metadata
+// are b's: the caller must not change b while it uses the row.
 func fastRow(b []byte) (r store.Row, ok bool) {
 	p := parser{b: b}
 	var occurred string
@@ -54,11 +55,8 @@ func fastRow(b []byte) (r store.Row, ok bool) {
 		return store.Row{}, false
 	}
 	r.OccurredAt = t
-	r.Payload = bytes.Clone(r.Payload)
 	if len(r.Metadata) == 0 || string(r.Metadata) == "null" {
 		r.Metadata = []byte("{}")
-	} else {
-		r.Metadata = bytes.Clone(r.Metadata)
 	}
 	return r, true
 }
