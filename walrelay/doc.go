@@ -29,9 +29,9 @@
 // decode its events (the reader decodes a chunk of a few itself when
 // nothing else waits for the publisher), and up to 64 chunks of it (a
 // transaction or at most 64 of its events each) wait, decoded, for the
-// publisher. When the
-// publisher returns and several events are there already, the next call
-// carries them all, up to Config.BatchSize, in stream order: one
+// publisher. When the publisher returns and several events are there
+// already, the next call carries them all, up to Config.BatchSize, in
+// stream order: one
 // PublishBatch call per run of events of one topic when the publisher is a
 // relay.BatchPublisher (a result per message), else one Publish call per
 // run. The relay never waits for more events to fill a call: one event
@@ -39,7 +39,12 @@
 // each aggregate, so that its result decides what the aggregate's next
 // event does (held, parked, or published). The position is confirmed as
 // before: past a transaction only once each of its events and of those
-// before it was published or parked, whatever calls carried them.
+// before it was published or parked, whatever calls carried them. The
+// calls are made on one worker goroutine, one at a time; one that has not
+// returned after Config.PublishTimeout fails, and its worker is left to
+// finish it and end (a publisher that never returns keeps it for ever:
+// nothing can stop it), while a new one makes the next calls. These
+// goroutines are the stream's: they end with it.
 //
 // Failures map onto the rules below call by call. A Publish call of several
 // events that fails tells nothing of which failed (and the broker may have
