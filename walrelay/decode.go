@@ -126,8 +126,21 @@ func (p *parser) int(out *int) bool {
 }
 
 // raw reads a JSON value (an object, an array, a string or a scalar),
-// without checking it: its end is where its brackets close.
+// without checking it: its end is where its brackets close. A value with
+// white space before or after it is not taken (encoding/json drops that
+// space, and would give other bytes).
 func (p *parser) raw(out *[]byte) bool {
+	if !p.rawValue(out) {
+		return false
+	}
+	v := *out
+	return !isSpace(v[0]) && !isSpace(v[len(v)-1])
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// rawValue reads raw's value, spaces included.
+func (p *parser) rawValue(out *[]byte) bool {
 	start, depth := p.i, 0
 	for p.i < len(p.b) {
 		switch c := p.b[p.i]; c {

@@ -79,6 +79,9 @@ func TestFastRow(t *testing.T) {
 		`{"id":"` + id + `","type":"t","version":1,"topic":"x","payload":{},"occurred_at":"2026-12-02T15:04:05Z"} `,
 		`{"id":"` + id + `","type":"t","version":1,"topic":"x","payload":{},"occurred_at":"2026-12-02T15:04:05Z","more":1}`,
 		`{"id":"` + id + `","type":"\xff","version":1,"topic":"x","payload":{},"occurred_at":"2026-12-02T15:04:05Z"}`,
+		`{"id":"` + id + `","type":"t","version":1,"topic":"x","payload": {"a":1},"occurred_at":"2026-12-02T15:04:05Z"}`,
+		`{"id":"` + id + `","type":"t","version":1,"topic":"x","payload":{"a":1} ,"occurred_at":"2026-12-02T15:04:05Z"}`,
+		`{"id":"` + id + `","type":"t","version":1,"topic":"x","payload":{},"metadata": null,"occurred_at":"2026-12-02T15:04:05Z"}`,
 	} {
 		if r, ok := fastRow([]byte(bad)); ok {
 			t.Errorf("fastRow(%q) = %+v, want it left to encoding/json", bad, r)

@@ -50,7 +50,8 @@
 // events that fails tells nothing of which failed (and the broker may have
 // taken some): its events are published again at once, one call each, as
 // the table relay does, and those calls count, not the failed one (which
-// confirms nothing). A PublishBatch call reports each message: an error
+// confirms nothing, and leaves a lone failed call before it no longer alone:
+// its event stays held and is tried again). A PublishBatch call reports each message: an error
 // wrapping relay.ErrRejected parks its event at once; the acknowledged
 // ones count as a successful call, which confirms a lone failed call before
 // it; each other failure counts as a failed call after it (a message

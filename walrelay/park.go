@@ -265,6 +265,9 @@ func (s *session) tryRun(ctx context.Context, run []*held) error {
 			return s.succeeded(ctx)
 		}
 		s.r.m.call(took, 0, 0)
+		// A failed call after a lone failure: two in a row, so that one is
+		// no longer told to be its event's own (it stays held, tried again).
+		s.lastFailed = nil
 		s.r.log.DebugContext(ctx, "walrelay: publish of several events failed; publishing them one by one",
 			"error", errs[0], "events", len(run), "topic", run[0].row.Topic)
 		for i, h := range run {

@@ -81,6 +81,28 @@ func TestParkedRelayRunsWhereTheSlotStreams(t *testing.T) {
 // other event of a0..a5 and b0..b2 (0..9) was published.
 func checkDeliveries(t *testing.T, db *gorm.DB, c *collector, poisoned map[string]bool) {
 	t.Helper()
+	aggs := []string{"a0", "a1", "a2", "a3", "a4", "a5", "b0", "b1", "b2"}
+	want := func(agg string) []int {
+		if poisoned[agg] {
+			return seq(0, 10, 3)
+		}
+		return seq(0, 10)
+	}
+	// The table drained says nothing of the events the WAL relay streams
+	// (and the subscriber gets them after Publish returned): wait for them,
+	// then judge.
+	complete := func() bool {
+		got := byAgg(c.deliveries())
+		for _, agg := range aggs {
+			if !slices.Equal(slices.Compact(slices.Sorted(slices.Values(got[agg]))), want(agg)) {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(30 * time.Second); !complete() && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 	got := byAgg(c.deliveries())
 	for agg, ns := range got {
 		if !slices.IsSorted(ns) {
@@ -88,15 +110,9 @@ func checkDeliveries(t *testing.T, db *gorm.DB, c *collector, poisoned map[strin
 			logRows(t, db, agg)
 		}
 	}
-	for _, agg := range []string{"a0", "a1", "a2", "a3", "a4", "a5", "b0", "b1", "b2"} {
-		var want []int
-		if poisoned[agg] {
-			want = seq(0, 10, 3)
-		} else {
-			want = seq(0, 10)
-		}
-		if ns := slices.Compact(slices.Clone(got[agg])); !slices.Equal(ns, want) {
-			t.Errorf("published of %s: %v, want %v", agg, ns, want)
+	for _, agg := range aggs {
+		if ns := slices.Compact(slices.Clone(got[agg])); !slices.Equal(ns, want(agg)) {
+			t.Errorf("published of %s: %v, want %v", agg, ns, want(agg))
 		}
 	}
 }
