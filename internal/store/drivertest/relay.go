@@ -416,8 +416,7 @@ func testRelayRecoverOutageInserts(t *testing.T, e *env) {
 		must(t, err)
 	case <-time.After(10 * time.Second):
 		open.Close()
-		<-inserted
-		<-recovered
+		t.Logf("once the batch ended: the insert %v, the recovery %v", <-inserted, <-recovered)
 		t.Fatal("an insert waited for the outage's recovery")
 	}
 	must(t, open.Commit(e.ctx))
