@@ -61,17 +61,21 @@ func (h *host) waitLoop(ctx context.Context) {
 	}
 	pool, _ := h.db.DB()
 	var poolWaits int64
-	t := time.NewTicker(100 * time.Millisecond)
+	// A timer set after each sample, not a ticker: a tick that fired while
+	// the last sample's query ran would look late.
+	const every = 100 * time.Millisecond
+	t := time.NewTimer(every)
 	defer t.Stop()
-	for {
+	for due := time.Now().Add(every); ; due = time.Now().Add(every) {
+		t.Reset(every)
 		select {
 		case <-ctx.Done():
 			return
 		case at := <-t.C:
 			var waits []string
-			// This process's own share: a late tick (its goroutines were
+			// This process's own share: woken late (its goroutines were
 			// not run), writers waiting for a connection of their pool.
-			if late := time.Since(at); late >= 50*time.Millisecond {
+			if time.Since(due) >= 50*time.Millisecond {
 				waits = append(waits, "the writers' process ran late (>=50ms)")
 			}
 			if pool != nil {
@@ -82,7 +86,7 @@ func (h *host) waitLoop(ctx context.Context) {
 			}
 			var seen []string
 			if err := h.q.WithContext(ctx).Raw(query).Scan(&seen).Error; err != nil {
-				continue // a restarted server, a cut session: the next sample
+				seen = []string{"(not sampled: " + firstWords(err.Error()) + ")"} // a restarted server, a cut session
 			}
 			waits = append(waits, seen...)
 			h.waits.mu.Lock()
