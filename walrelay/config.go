@@ -112,6 +112,17 @@ type Config struct {
 	// next one of an aggregate goes in the next call). 1 publishes every
 	// event in a call of its own. Defaults to 500 (DefaultBatchSize).
 	BatchSize int
+	// RecreateLostSlot lets Setup and Run make the slot again when it
+	// existed and is gone (dropped, or lost in a failover to a standby,
+	// which has no slots before PostgreSQL 17's failover slots) or was
+	// invalidated by the server, at the current end of the WAL, logging at
+	// Error the positions between which events may never be published
+	// (the last position known confirmed and the new slot's start).
+	// Defaults to false: Run stops with a SlotLostError (wrapping ErrSlot)
+	// and the operator decides; to start afresh once, run herald wal
+	// recreate (RecreateSlot) rather than leave this set, which would let
+	// a later loss pass with nothing but a log line.
+	RecreateLostSlot bool
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// MeterProvider makes the relay's publish metrics: the counters

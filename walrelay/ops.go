@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store/postgres"
 )
 
@@ -37,6 +38,9 @@ type Dropped struct {
 // what to do when the WAL relay is retired, since a slot nobody reads keeps
 // WAL without end. Events written in the WAL and not yet published are lost
 // with the slot. A slot a relay streams is not dropped ([ErrSlotActive]).
+// It also removes the slot's row from SlotMarkerTable (beside Config.Table):
+// a slot dropped this way is not a lost one, and a relay set up later makes
+// it afresh.
 func Drop(ctx context.Context, db *sql.DB, cfg Config) (Dropped, error) {
 	if err := cfg.Validate(); err != nil {
 		return Dropped{}, err
@@ -57,6 +61,14 @@ func Drop(ctx context.Context, db *sql.DB, cfg Config) (Dropped, error) {
 	}
 	if d.Publication, err = postgres.DropPublication(ctx, db, cfg.Publication); err != nil {
 		return d, fmt.Errorf("walrelay: drop publication %s: %w", cfg.Publication, err)
+	}
+	// Dropped on purpose: a relay set up again later starts afresh.
+	t, err := ident.ParseTable(cfg.Table)
+	if err != nil {
+		return d, fmt.Errorf("walrelay: invalid Table: %w", err)
+	}
+	if _, err := postgres.DeleteSlotMarker(ctx, db, postgres.SlotMarkers(t), cfg.Slot); err != nil {
+		return d, fmt.Errorf("walrelay: forget slot %s in %s: %w", cfg.Slot, SlotMarkerTable, err)
 	}
 	return d, nil
 }

@@ -62,6 +62,10 @@ type Relay struct {
 
 	okMu   sync.Mutex
 	lastOK time.Time // when the last successful publish call began
+
+	slotMu   sync.Mutex
+	slotSeen bool          // Setup found or made the slot, or a stream read it
+	slotLSN  pglogrepl.LSN // the last position seen confirmed
 }
 
 // New returns a relay that streams the database of dsn (a PostgreSQL URL or
@@ -99,27 +103,34 @@ func (r *Relay) Config() Config { return r.cfg }
 // the slot before the first event is written: the slot keeps only what is
 // written after it was made.
 func (r *Relay) Setup(ctx context.Context) error {
+	_, err := r.setup(ctx)
+	return err
+}
+
+// setup is Setup, reporting the slot it made.
+func (r *Relay) setup(ctx context.Context) (rec Recreated, err error) {
+	rec.Slot = r.cfg.Slot
 	db, err := sql.Open("pgx", r.dsn)
 	if err != nil {
-		return fmt.Errorf("walrelay: open: %w", err)
+		return rec, fmt.Errorf("walrelay: open: %w", err)
 	}
 	defer func() { _ = db.Close() }()
 	if err := postgres.CheckWALLevel(ctx, db); err != nil {
-		return fmt.Errorf("walrelay: %w", err)
+		return rec, fmt.Errorf("walrelay: %w", err)
 	}
 	ok, err := postgres.HasReplicationRight(ctx, db)
 	if err != nil {
-		return fmt.Errorf("walrelay: check replication right: %w", err)
+		return rec, fmt.Errorf("walrelay: check replication right: %w", err)
 	}
 	if !ok {
-		return ErrReplicationRight
+		return rec, ErrReplicationRight
 	}
 	// Before the slot, which would keep the WAL of its DDL (and the
 	// aggregate locks it fills); from the Config alone, not what New made:
 	// Setup runs without a relay too.
 	t, err := ident.ParseTable(r.cfg.Table)
 	if err != nil {
-		return fmt.Errorf("walrelay: invalid Table: %w", err)
+		return rec, fmt.Errorf("walrelay: invalid Table: %w", err)
 	}
 	out := postgres.Driver{}.Outbox(t)
 	ok, err = out.Exists(ctx, db)
@@ -130,25 +141,12 @@ func (r *Relay) Setup(ctx context.Context) error {
 		err = out.Check(ctx, db)
 	}
 	if err != nil {
-		return fmt.Errorf("walrelay: outbox table %s: %w", t, err)
+		return rec, fmt.Errorf("walrelay: outbox table %s: %w", t, err)
 	}
 	if err := postgres.EnsurePublication(ctx, db, r.cfg.Publication); err != nil {
-		return fmt.Errorf("walrelay: create publication %s: %w", r.cfg.Publication, err)
+		return rec, fmt.Errorf("walrelay: create publication %s: %w", r.cfg.Publication, err)
 	}
-	s, err := postgres.EnsureSlot(ctx, db, r.cfg.Slot)
-	if err != nil {
-		return fmt.Errorf("walrelay: create slot %s: %w", r.cfg.Slot, err)
-	}
-	switch {
-	case s.Plugin != "pgoutput":
-		return fmt.Errorf("%w: %s uses plugin %q, not pgoutput", ErrSlot, r.cfg.Slot, s.Plugin)
-	case s.Database != s.CurrentDatabase:
-		return fmt.Errorf("%w: %s decodes database %q, not %q", ErrSlot, r.cfg.Slot, s.Database, s.CurrentDatabase)
-	case s.WALStatus == "lost":
-		return fmt.Errorf("%w: %s was invalidated by the server (wal_status lost, see max_slot_wal_keep_size): "+
-			"events written while it fell behind are gone; drop and create it again", ErrSlot, r.cfg.Slot)
-	}
-	return nil
+	return r.ensureSlot(ctx, db, t)
 }
 
 // Run sets up (Setup) and streams the slot until ctx is cancelled, then
@@ -252,6 +250,7 @@ func (r *Relay) stream(ctx context.Context) error {
 		stopReading()
 		readers.Wait()
 		s.c.close()
+		r.saw(s.confirmed)
 		if s.confirmed > rd.reported {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()

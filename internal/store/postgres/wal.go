@@ -205,6 +205,12 @@ type Slot struct {
 	WALStatus string
 	// CurrentDatabase is the session's database.
 	CurrentDatabase string
+	// ConfirmedLSN is the slot's confirmed_flush_lsn (pg_lsn text; its
+	// restart_lsn when unknown): read by ReadSlot only.
+	ConfirmedLSN string
+	// Active is true while a walsender streams the slot: read by ReadSlot
+	// only.
+	Active bool
 }
 
 // EnsureSlot creates the logical replication slot name with pgoutput,
