@@ -83,7 +83,39 @@
 // fills (max_slot_wal_keep_size bounds it, at the price of a slot the
 // server invalidates: Run then fails rather than skip events). A running
 // relay holds one replication connection (a walsender, of max_wal_senders)
-// and, while it sets up, one ordinary connection.
+// and, while it sets up, one ordinary connection. It keeps a row per slot in
+// a table of its own (SlotMarkerTable, herald_wal_slots, beside
+// Config.Table): created once (DDL, when missing), a row written when the
+// slot is made, and updated when a relay connects (Run's start, a
+// reconnection) and finds the slot's confirmed position moved; never per
+// event.
+//
+// # Lost slots
+//
+// A slot is the server's, not the database's: pg_drop_replication_slot
+// removes it, and a standby promoted after a failover has none (before
+// PostgreSQL 17's failover slots). A slot made again at the end of the WAL
+// would skip every event committed after the old slot's last confirmed
+// position, and report no problem. The relay never does that on its own: a
+// slot that existed and is missing (or was invalidated) stops Setup and Run
+// with a [SlotLostError] (wrapping [ErrSlot]) that names the last confirmed
+// position known. It knows a slot existed from its row in SlotMarkerTable,
+// which is replicated with the rest of the database (to a standby, into a
+// backup), or because this Relay set it up or streamed it (a slot dropped
+// between two connections of one Run). Only the first start makes a slot
+// with no questions: no row, no slot. Several relays on one slot (one
+// streams, the others wait to take over) all stop; none makes it again.
+//
+// The operator decides: find the events committed after that position (the
+// application's own records, or the old primary's WAL), then start afresh
+// with RecreateSlot (herald wal recreate), which makes the slot at the
+// current end of the WAL (dropping an invalidated one first) and reports
+// both positions: events committed after the last confirmed one and before
+// the new start may never have been published. Config.RecreateLostSlot
+// does the same in Setup and Run, logging the positions at Error: it
+// trades that check for availability, for every later loss too. Drop
+// (herald wal drop) forgets the slot's row: a relay retired on purpose and
+// set up again is a first start.
 //
 // # What it needs
 //
@@ -91,7 +123,8 @@
 // right ([ErrReplicationRight]), and, the first time, the rights to create
 // the publication and the slot (Setup, which Run calls). On the outbox
 // table (Config.Table): SELECT, INSERT and UPDATE, and the right to create
-// it when it is missing.
+// it when it is missing; on SlotMarkerTable: SELECT, INSERT and UPDATE
+// (DELETE for Drop), and the right to create it when it is missing.
 //
 // # Refused events
 //

@@ -36,9 +36,13 @@ var (
 	// may.
 	ErrReplicationRight = errors.New("walrelay: the role lacks the REPLICATION right (ALTER ROLE ... REPLICATION)")
 	// ErrSlot is returned for a slot the relay cannot stream: made with
-	// another output plugin than pgoutput, for another database, or
-	// invalidated by the server (wal_status lost: it removed WAL the slot
-	// needed, and events in it are gone). The relay stops rather than skip.
+	// another output plugin than pgoutput, for another database, or lost
+	// (a *SlotLostError): invalidated by the server (wal_status lost: it
+	// removed WAL the slot needed, and events in it are gone), or gone
+	// after it existed (dropped, or a failover to a standby, which has no
+	// slots). The relay stops rather than skip: it never makes a slot that
+	// existed again on its own (RecreateSlot, herald wal recreate, or
+	// Config.RecreateLostSlot start afresh).
 	ErrSlot = errors.New("walrelay: replication slot unusable")
 	// ErrPublishTimeout is a Publish call that did not return within
 	// Config.PublishTimeout.
@@ -97,11 +101,14 @@ func (r *Relay) Config() Config { return r.cfg }
 
 // Setup checks that the server can stream the relay's slot (wal_level,
 // [ErrWALLevel]; the REPLICATION right, [ErrReplicationRight]) and creates
-// the publication, the slot ([ErrSlot] for one that exists and cannot be
-// used) and the outbox table refused events are parked in (Config.Table,
-// unpartitioned) when missing. Run calls it; call it beforehand to create
-// the slot before the first event is written: the slot keeps only what is
-// written after it was made.
+// the publication, the slot and the outbox table refused events are parked
+// in (Config.Table, unpartitioned) when missing, and records the slot in
+// SlotMarkerTable (created when missing). A slot that exists and cannot be
+// used is an [ErrSlot]; so is one that existed and is gone (its row in
+// SlotMarkerTable, or this Relay set it up or streamed it before): a
+// [SlotLostError], unless Config.RecreateLostSlot. Run calls it; call it
+// beforehand to create the slot before the first event is written: the
+// slot keeps only what is written after it was made.
 func (r *Relay) Setup(ctx context.Context) error {
 	_, err := r.setup(ctx)
 	return err
@@ -154,7 +161,9 @@ func (r *Relay) setup(ctx context.Context) (rec Recreated, err error) {
 // lost connection or a failing publisher does not stop it: it logs, waits
 // Config.RetryInterval and resumes from the last confirmed position. What
 // Setup finds wrong ([ErrWALLevel], [ErrReplicationRight], [ErrSlot]) does:
-// Run returns it.
+// Run returns it. A slot that vanishes while Run runs (between two of its
+// connections) is such an [ErrSlot] (a [SlotLostError]): Run does not make
+// it again.
 //
 // One relay streams a slot at a time: while another streams it (the server
 // says the slot "is active"), Run waits, trying again every

@@ -83,7 +83,7 @@ func (s SlotStatus) Problem() error {
 		return fmt.Errorf("%w: %s", ErrSlotMissing, s.Slot)
 	case s.WALStatus == "lost":
 		return fmt.Errorf("%w: %s was invalidated by the server (wal_status lost, see max_slot_wal_keep_size): "+
-			"events written while it fell behind are gone; drop and create it again", ErrSlot, s.Slot)
+			"events written while it fell behind are gone; start afresh with herald wal recreate --slot %s", ErrSlot, s.Slot, s.Slot)
 	case s.Plugin != "pgoutput":
 		return fmt.Errorf("%w: %s uses plugin %q, not pgoutput", ErrSlot, s.Slot, s.Plugin)
 	case s.CurrentDatabase != "" && s.Database != s.CurrentDatabase:

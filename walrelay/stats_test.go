@@ -213,6 +213,22 @@ func TestSlotStatsInvalidated(t *testing.T) {
 	if !s.Exists || s.Active {
 		t.Fatalf("lost slot: %+v", s)
 	}
+	// Setup (and so Run) stops on it; RecreateSlot, the operator's start
+	// afresh, drops it and makes a new one, saying what may be lost.
+	cfg := walrelay.Config{Slot: e.slot, Logger: testkit.Quiet()}
+	var lost *walrelay.SlotLostError
+	if err := walrelay.Setup(context.Background(), e.dsn, cfg); !errors.As(err, &lost) || !lost.Invalidated ||
+		!errors.Is(err, walrelay.ErrSlot) || !strings.Contains(err.Error(), "herald wal recreate") {
+		t.Fatalf("Setup on an invalidated slot = %v", err)
+	}
+	rec, err := walrelay.RecreateSlot(context.Background(), e.dsn, cfg)
+	testkit.Must(t, err)
+	if !rec.Created || !rec.Lost || !rec.Invalidated || rec.LastConfirmed == "" || rec.Start == "" {
+		t.Fatalf("RecreateSlot of an invalidated slot = %+v", rec)
+	}
+	if s := e.read(t); !s.Exists || s.WALStatus == "lost" {
+		t.Fatalf("the slot made again: %+v", s)
+	}
 }
 
 // Drop removes the slot and the publication, refuses a slot in use, and
