@@ -56,7 +56,7 @@ Commands:
   requeue --all                make every dead event pending again
   purge-dead --older-than D    delete the dead events that died more than D ago
   migrate up|status|print      apply, list or print the schema migrations
-  wal setup|drop               create or drop the WAL relay's slot and publication (PostgreSQL)
+  wal setup|drop|recreate      create or drop the WAL relay's slot and publication, or make a lost slot again (PostgreSQL)
 
 Every command reads the database from DATABASE_URL:
   postgres://user:pw@host:5432/db?sslmode=disable   (search_path=schema for another schema)

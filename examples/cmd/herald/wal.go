@@ -16,7 +16,7 @@ import (
 // it.
 
 func (c *cli) wal(args []string) int {
-	fs := c.flags("wal", `wal setup|drop [--slot S] [--publication P]
+	fs := c.flags("wal", `wal setup|drop|recreate [--slot S] [--publication P] [--table T]
 
 For events kept in PostgreSQL's WAL (outboxhook StorageWAL), published by
 walrelay from a logical replication slot:
@@ -30,6 +30,19 @@ walrelay from a logical replication slot:
          fills (or max_slot_wal_keep_size invalidates it). Events not yet
          published are lost with it. A slot a relay streams is not dropped:
          stop the relay first
+  recreate
+         starts afresh after the slot was lost: the relay stops (ErrSlot)
+         rather than make again a slot that existed and is gone (dropped,
+         or a failover to a standby, which has no slots) or that the server
+         invalidated, since the events committed after its last confirmed
+         position would never be published. recreate makes it at the
+         current end of the WAL (dropping an invalidated one) and prints the
+         last confirmed position known and the new slot's start: events
+         committed between them may never have been published. Find them
+         first. A slot that exists and is usable is left alone
+
+--table is the outbox table refused events are parked in; the record of
+the slots (herald_wal_slots) is kept in its schema.
 
 "herald status --wal-slot S" shows the slot's lag and the WAL it keeps.`)
 	slot := fs.String("slot", walrelay.DefaultSlot, "the replication slot (walrelay.Config.Slot)")
@@ -39,18 +52,18 @@ walrelay from a logical replication slot:
 		c.help()
 		return exitOK
 	case len(args) == 0 || strings.HasPrefix(args[0], "-"):
-		return c.usageError(errors.New("say setup or drop first"))
+		return c.usageError(errors.New("say setup, drop or recreate first"))
 	}
 	sub := args[0]
 	c.cmd = "wal " + sub
 	if code, ok := c.parseNone(fs, args[1:]); !ok {
 		return code
 	}
-	if sub != "setup" && sub != "drop" {
+	if sub != "setup" && sub != "drop" && sub != "recreate" {
 		c.cmd = "wal"
-		return c.usageError(fmt.Errorf("unknown command %q (setup or drop)", sub))
+		return c.usageError(fmt.Errorf("unknown command %q (setup, drop or recreate)", sub))
 	}
-	cfg := walrelay.Config{Slot: *slot, Publication: *pub}
+	cfg := walrelay.Config{Slot: *slot, Publication: *pub, Table: c.table}
 	if err := cfg.Validate(); err != nil {
 		return c.usageError(errors.New(strings.TrimPrefix(err.Error(), "walrelay: invalid config: ")))
 	}
@@ -67,6 +80,9 @@ walrelay from a logical replication slot:
 		}
 		c.printf("slot %s and publication %s are ready on %s\n", cfg.Slot, cfg.Publication, t.where)
 		return exitOK
+	}
+	if sub == "recreate" {
+		return c.walRecreate(t.dsn, t.where, cfg)
 	}
 	db, err := open(c.ctx, t, true)
 	if err != nil {
@@ -90,6 +106,33 @@ walrelay from a logical replication slot:
 	}
 	say("slot", cfg.Slot, d.Slot)
 	say("publication", cfg.Publication, d.Publication)
+	return exitOK
+}
+
+// walRecreate is herald wal recreate: RecreateSlot, and what may be lost.
+func (c *cli) walRecreate(dsn, where string, cfg walrelay.Config) int {
+	rec, err := walrelay.RecreateSlot(c.ctx, dsn, cfg)
+	if err != nil {
+		return c.fail(errors.New(strings.TrimPrefix(err.Error(), "walrelay: ")))
+	}
+	switch {
+	case !rec.Created:
+		c.printf("slot %s exists on %s and is usable: nothing to recreate\n", cfg.Slot, where)
+	case !rec.Lost:
+		c.printf("slot %s made on %s, starting at %s (a first slot: nothing was lost)\n", cfg.Slot, where, rec.Start)
+	default:
+		what := "was gone"
+		if rec.Invalidated {
+			what = "was invalidated by the server"
+		}
+		from := rec.LastConfirmed
+		if from == "" {
+			from = "an unknown position"
+		}
+		c.printf("slot %s %s; made again on %s, starting at %s\n", cfg.Slot, what, where, rec.Start)
+		c.printf("events committed after %s (its last confirmed position known) and before %s may never have been published\n",
+			from, rec.Start)
+	}
 	return exitOK
 }
 

@@ -104,6 +104,32 @@ func TestStatusFindsDefaultSlot(t *testing.T) {
 	}
 }
 
+// A slot that was set up and is gone: wal setup (as the relay) refuses to
+// make it again, saying from which position events may be lost; wal
+// recreate makes it and prints the positions between which events may be
+// lost; again, it has nothing to do.
+func TestWALRecreate(t *testing.T) {
+	t.Parallel()
+	e := walEnv(t)
+	slot := logicaltest.SlotName()
+	e.must(exitOK, "wal", "setup", "--slot", slot)
+	testkit.Must(t, e.db.Exec(`SELECT pg_drop_replication_slot(?)`, slot).Error)
+	e.refuse(exitFailed, []string{"replication slot unusable: slot " + slot + " is gone", "events committed after ",
+		"herald wal recreate --slot " + slot}, "wal", "setup", "--slot", slot)
+	out := e.must(exitOK, "wal", "recreate", "--slot", slot)
+	if !strings.Contains(out, "slot "+slot+" was gone; made again on ") || !strings.Contains(out, "(its last confirmed position known) and before ") ||
+		!strings.Contains(out, "may never have been published") {
+		t.Fatalf("wal recreate:\n%s", out)
+	}
+	if out := e.must(exitOK, "wal", "recreate", "--slot", slot); !strings.Contains(out, "is usable: nothing to recreate") {
+		t.Fatalf("wal recreate of a usable slot:\n%s", out)
+	}
+	e.must(exitOK, "wal", "setup", "--slot", slot)
+	e.must(exitOK, "wal", "drop", "--slot", slot)
+	e.must(exitOK, "wal", "setup", "--slot", slot) // dropped on purpose: a first start
+	e.must(exitOK, "wal", "drop", "--slot", slot)
+}
+
 // Bad command lines, and the WAL commands on another database than
 // PostgreSQL.
 func TestWALBadInput(t *testing.T) {
@@ -113,8 +139,8 @@ func TestWALBadInput(t *testing.T) {
 		code int
 		msgs []string
 	}{
-		{[]string{"wal"}, exitUsage, []string{"herald wal: say setup or drop first (see herald wal --help)"}},
-		{[]string{"wal", "frob"}, exitUsage, []string{`unknown command "frob" (setup or drop)`}},
+		{[]string{"wal"}, exitUsage, []string{"herald wal: say setup, drop or recreate first (see herald wal --help)"}},
+		{[]string{"wal", "frob"}, exitUsage, []string{`unknown command "frob" (setup, drop or recreate)`}},
 		{[]string{"wal", "setup", "--slot", "Bad-Slot"}, exitUsage, []string{`invalid Slot "Bad-Slot"`}},
 		{[]string{"wal", "drop", "extra"}, exitUsage, []string{`unexpected argument "extra"`}},
 		{[]string{"wal", "setup"}, exitFailed, []string{"the WAL relay needs PostgreSQL; DATABASE_URL is a sqlite database"}},
@@ -128,7 +154,7 @@ func TestWALBadInput(t *testing.T) {
 	}
 	for _, args := range [][]string{{"wal", "--help"}, {"wal", "setup", "--help"}} {
 		code, out, errs := run1(t, "", args...)
-		if code != exitOK || errs != "" || !strings.Contains(out, "Usage: herald wal setup|drop") || !strings.Contains(out, "-slot") {
+		if code != exitOK || errs != "" || !strings.Contains(out, "Usage: herald wal setup|drop|recreate") || !strings.Contains(out, "-slot") {
 			t.Fatalf("herald %s: %d %q %q", strings.Join(args, " "), code, out, errs)
 		}
 	}
