@@ -27,6 +27,16 @@
 // to be written again under the same ids, when it rolls back. A write whose
 // events cannot be written fails, and leaves its transaction unable to commit.
 //
+// Savepoints are followed in GORM's spelling (tx.SavePoint, tx.RollbackTo, a
+// nested db.Transaction) and raw SQL's, with or without PrepareStmt. A
+// statement that may have undone outbox rows and is not read exactly (a
+// ROLLBACK in another spelling, a CALL, a failed statement, anything run on
+// the *sql.Tx that [SQLTx] hands out) costs one query at commit, in the
+// transaction, that looks its events up: those no longer there stay pending.
+// No spelling loses an event. (With StorageWAL there is nothing to look up:
+// such a transaction's events stay pending and are emitted again by the next
+// save of their aggregates, at worst twice.)
+//
 // [Add] and [AddMessages] write events that belong to no aggregate, and the
 // messages an inbox handler returns, in the caller's transaction.
 //

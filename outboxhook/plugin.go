@@ -27,6 +27,7 @@ type Plugin struct {
 
 	raw     gorm.ConnPool // the pool wrapped at db.Use
 	wrapped *pool         // its wrapper
+	stmts   statements    // what the statements prepared through it are
 }
 
 // New returns the plugin for cfg; register it with db.Use. The config is checked

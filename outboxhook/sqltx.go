@@ -30,18 +30,19 @@ import (
 //
 // Statements run on the *sql.Tx are in the same transaction: they commit or
 // roll back with it, and a nested db.Transaction's savepoint undoes them too.
-// But the plugin does not see them, so leave the transaction's structure to
-// GORM:
+// The plugin does not see them: a transaction whose *sql.Tx was handed out
+// is in doubt, and its commit looks its outbox rows up in the transaction
+// first (one query, when it wrote events), so that a ROLLBACK TO run on the
+// *sql.Tx that undid outbox rows leaves those events pending on their
+// aggregates, never lost. Still, leave the transaction's structure to GORM:
 //
-//   - A SAVEPOINT, ROLLBACK TO SAVEPOINT or RELEASE SAVEPOINT run on the
-//     *sql.Tx is not followed. If a ROLLBACK TO run there undoes outbox rows
-//     that GORM wrote, the database drops them but the plugin still counts them
-//     written: when the transaction commits, their aggregates forget those
-//     events, which are then in neither the outbox nor the aggregate, lost.
-//     (A transaction in which an outbox write failed stays unable to commit
-//     after such a ROLLBACK TO: that is lifted only by savepoints the plugin
-//     followed.) Use tx.SavePoint and tx.RollbackTo, or a nested
-//     db.Transaction, which the plugin follows.
+//   - Set savepoints with tx.SavePoint and tx.RollbackTo, or a nested
+//     db.Transaction: a transaction in which an outbox write failed stays
+//     unable to commit after a ROLLBACK TO run on the *sql.Tx (that is lifted
+//     only by savepoints the plugin followed).
+//   - With Config.Storage StorageWAL there are no rows to look up: a ROLLBACK
+//     TO run on the *sql.Tx that undoes events emitted to the WAL is not seen,
+//     and their aggregates forget them at commit.
 //   - Do not Commit or Rollback the *sql.Tx: end the transaction through GORM
 //     (db.Transaction returning, tx.Commit, tx.Rollback). The plugin does not
 //     see a Commit run on the *sql.Tx; GORM's own commit then fails with
@@ -60,6 +61,7 @@ func SQLTx(tx *gorm.DB) (*sql.Tx, bool) {
 			if t == nil {
 				return nil, false
 			}
+			t.suspect()
 			c = t.ConnPool
 		case *gorm.PreparedStmtTX:
 			if t == nil {

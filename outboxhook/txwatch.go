@@ -5,12 +5,14 @@ import (
 	"database/sql"
 	"fmt"
 	"reflect"
-	"strings"
+	"slices"
 	"sync"
 
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/recorded"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // The plugin wraps the connection pool of the *gorm.DB it is registered on, so
@@ -46,7 +48,7 @@ func (c *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	if err != nil {
 		return nil, err
 	}
-	return &txn{ConnPool: inner, pool: c}, nil
+	return &txn{ConnPool: inner, pool: c, ctx: ctx}, nil
 }
 
 // GetDBConn returns the *sql.DB under the wrapped pool, for gorm.DB.DB().
@@ -60,6 +62,17 @@ func (c *pool) GetDBConn() (*sql.DB, error) {
 	return nil, gorm.ErrInvalidDB
 }
 
+// PrepareContext prepares query on the wrapped pool and remembers what it is:
+// with PrepareStmt, GORM runs statements prepared here in transactions
+// (txn.StmtContext).
+func (c *pool) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	st, err := c.ConnPool.PrepareContext(ctx, query)
+	if err == nil {
+		c.p.stmts.remember(st, query)
+	}
+	return st, err
+}
+
 // Ping pings the wrapped pool, if it can be pinged.
 func (c *pool) Ping() error {
 	if p, ok := c.ConnPool.(interface{ Ping() error }); ok {
@@ -71,21 +84,32 @@ func (c *pool) Ping() error {
 // txn is a transaction begun through a pool. It notes the outbox entries
 // written in it, forgets those a ROLLBACK TO SAVEPOINT undid, and marks the rest
 // committed when its COMMIT succeeds.
+//
+// Following statements is a shortcut, not what correctness rests on: a
+// statement that may have undone outbox rows and that the plugin cannot
+// follow exactly (a ROLLBACK in a spelling it does not parse, one to a
+// savepoint it did not see set, a failed statement, which MySQL may answer by
+// rolling the whole transaction back, a prepared statement it did not see
+// prepared, a *sql.Tx handed out by SQLTx) leaves the transaction in doubt,
+// and its Commit then looks the entries up in the outbox table, in the
+// transaction, before it commits: only those found are marked.
 type txn struct {
 	gorm.ConnPool // the wrapped transaction: *sql.Tx, or another plugin's
 	pool          *pool
+	ctx           context.Context // BeginTx's: the transaction's life
 
 	mu       sync.Mutex
 	written  []*recorded.Entry
 	marks    []savepoint
 	notify   bool  // events were written (Add): notify at commit
+	doubt    bool  // rows may have been undone unseen: Commit looks the entries up
 	poison   error // set when an outbox write failed: the transaction must not commit
 	poisonAt int   // len(marks) when poisoned: a rollback to an earlier savepoint clears it
 }
 
 type savepoint struct {
-	name    string
-	written int // len(written) when the savepoint was set
+	name    string // as the database compares it (savepointStmt.name)
+	written int    // len(written) when the savepoint was set
 	notify  bool
 }
 
@@ -106,30 +130,88 @@ func (t *txn) fail(err error) {
 	}
 }
 
+// suspect puts the transaction in doubt (see txn), where the outbox's rows can
+// be looked up; the WAL outbox has none, and its entries are marked as before.
+func (t *txn) suspect() {
+	t.mu.Lock()
+	t.suspectLocked()
+	t.mu.Unlock()
+}
+
+func (t *txn) suspectLocked() {
+	if _, ok := t.pool.p.out.(store.Finder); ok {
+		t.doubt = true
+	}
+}
+
 // ExecContext runs query in the transaction and follows its savepoints.
 func (t *txn) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	res, err := t.ConnPool.ExecContext(ctx, query, args...)
-	if err == nil {
-		t.observe(query)
-	}
+	t.ran(parseStatement(query), err)
 	return res, err
+}
+
+// QueryContext runs query in the transaction and follows its savepoints.
+func (t *txn) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	rows, err := t.ConnPool.QueryContext(ctx, query, args...)
+	t.ran(parseStatement(query), err)
+	return rows, err
+}
+
+// QueryRowContext runs query in the transaction and follows its savepoints.
+func (t *txn) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	row := t.ConnPool.QueryRowContext(ctx, query, args...)
+	t.ran(parseStatement(query), row.Err())
+	return row
+}
+
+// PrepareContext prepares query in the transaction and remembers what it is,
+// for StmtContext.
+func (t *txn) PrepareContext(ctx context.Context, query string) (*sql.Stmt, error) {
+	st, err := t.ConnPool.PrepareContext(ctx, query)
+	if err == nil {
+		t.pool.p.stmts.remember(st, query)
+	}
+	return st, err
+}
+
+// StmtContext binds a prepared statement to the transaction (gorm.Tx, for
+// PrepareStmt, which runs every statement so) and follows its savepoints as
+// ExecContext does, from the text it was prepared with. A statement prepared
+// where the plugin did not see it puts the transaction in doubt.
+func (t *txn) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
+	if s, known := t.pool.p.stmts.lookup(stmt); known {
+		t.ran(s, nil)
+	} else {
+		t.suspect()
+	}
+	if s, ok := t.ConnPool.(interface {
+		StmtContext(context.Context, *sql.Stmt) *sql.Stmt
+	}); ok {
+		return s.StmtContext(ctx, stmt)
+	}
+	return stmt
 }
 
 // Commit commits the transaction, then marks every entry written in it
 // committed and wakes the relay. A transaction in which an outbox write failed
-// is rolled back instead, and the failure returned.
+// is rolled back instead, and the failure returned. A transaction in doubt
+// first looks its entries up: those no longer in the outbox stay pending.
 func (t *txn) Commit() error {
 	c, ok := t.ConnPool.(gorm.TxCommitter)
 	if !ok {
 		return gorm.ErrInvalidTransaction
 	}
 	t.mu.Lock()
-	written, notify, poison := t.written, t.notify, t.poison
-	t.written, t.notify, t.marks = nil, false, nil
+	written, notify, poison, doubt := t.written, t.notify, t.poison, t.doubt
+	t.written, t.notify, t.marks, t.doubt = nil, false, nil, false
 	t.mu.Unlock()
 	if poison != nil {
 		_ = c.Rollback()
 		return fmt.Errorf("outboxhook: transaction rolled back, an outbox write in it failed: %w", poison)
+	}
+	if doubt && len(written) > 0 {
+		written = t.stillWritten(written)
 	}
 	if err := c.Commit(); err != nil {
 		return err // the entries stay pending: the next save writes them again, under the same ids
@@ -143,6 +225,21 @@ func (t *txn) Commit() error {
 	return nil
 }
 
+// stillWritten returns the entries whose rows the transaction still holds.
+// When the lookup fails, none: they stay pending, and the next save of their
+// aggregates writes them again (under the same ids: at worst published twice).
+func (t *txn) stillWritten(written []*recorded.Entry) []*recorded.Entry {
+	ids := make([]uuid.UUID, 0, len(written))
+	for _, e := range written {
+		ids = append(ids, e.Record.ID)
+	}
+	found, err := t.pool.p.out.(store.Finder).Present(t.ctx, t.ConnPool, ids)
+	if err != nil {
+		return nil
+	}
+	return slices.DeleteFunc(written, func(e *recorded.Entry) bool { return !found[e.Record.ID] })
+}
+
 // Rollback rolls the transaction back; its entries stay pending.
 func (t *txn) Rollback() error {
 	c, ok := t.ConnPool.(gorm.TxCommitter)
@@ -150,63 +247,46 @@ func (t *txn) Rollback() error {
 		return gorm.ErrInvalidTransaction
 	}
 	t.mu.Lock()
-	t.written, t.notify, t.marks, t.poison = nil, false, nil, nil
+	t.written, t.notify, t.marks, t.poison, t.doubt = nil, false, nil, nil, false
 	t.mu.Unlock()
 	return c.Rollback()
-}
-
-// StmtContext binds a prepared statement to the transaction (gorm.Tx, for
-// PrepareStmt).
-func (t *txn) StmtContext(ctx context.Context, stmt *sql.Stmt) *sql.Stmt {
-	if s, ok := t.ConnPool.(interface {
-		StmtContext(context.Context, *sql.Stmt) *sql.Stmt
-	}); ok {
-		return s.StmtContext(ctx, stmt)
-	}
-	return stmt
 }
 
 // GetDBConn returns the *sql.DB the transaction was begun on.
 func (t *txn) GetDBConn() (*sql.DB, error) { return t.pool.GetDBConn() }
 
-// observe follows SAVEPOINT, ROLLBACK TO [SAVEPOINT] and RELEASE [SAVEPOINT],
-// the statements GORM's dialectors (and raw SQL) use for nested transactions.
-func (t *txn) observe(query string) {
-	if len(query) < 8 {
+// ran follows a statement the transaction ran: SAVEPOINT, ROLLBACK TO and
+// RELEASE as GORM's dialectors (and raw SQL) spell them. A failed statement,
+// or one that may roll back and is not a ROLLBACK TO of a savepoint seen set,
+// puts the transaction in doubt.
+func (t *txn) ran(s savepointStmt, err error) {
+	if err != nil {
+		t.suspect()
 		return
 	}
-	switch query[0] {
-	case 'S', 's', 'R', 'r':
-	default:
+	if s.op == spNone {
+		if s.mayRollBack {
+			t.suspect()
+		}
 		return
 	}
-	q := strings.TrimSpace(query)
-	var op, rest string
-	switch {
-	case cutFold(&q, &rest, "SAVEPOINT "):
-		op = "set"
-	case cutFold(&q, &rest, "ROLLBACK TO SAVEPOINT "), cutFold(&q, &rest, "ROLLBACK TO "):
-		op = "rollback"
-	case cutFold(&q, &rest, "RELEASE SAVEPOINT "), cutFold(&q, &rest, "RELEASE "):
-		op = "release"
-	default:
-		return
-	}
-	name := strings.Trim(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), ";")), "\"`")
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if op == "set" {
-		t.marks = append(t.marks, savepoint{name: name, written: len(t.written), notify: t.notify})
+	if s.op == spSet {
+		t.marks = append(t.marks, savepoint{name: s.name, written: len(t.written), notify: t.notify})
 		return
 	}
 	i := len(t.marks) - 1
-	for i >= 0 && t.marks[i].name != name {
+	for i >= 0 && t.marks[i].name != s.name {
 		i--
 	}
 	if i < 0 {
+		if s.op == spRollback {
+			t.suspectLocked()
+		}
 		return
 	}
-	if op == "release" {
+	if s.op == spRelease {
 		t.marks = t.marks[:i]
 		return
 	}
@@ -217,14 +297,6 @@ func (t *txn) observe(query string) {
 	if t.poison != nil && t.poisonAt > i {
 		t.poison = nil
 	}
-}
-
-func cutFold(q, rest *string, prefix string) bool {
-	if len(*q) >= len(prefix) && strings.EqualFold((*q)[:len(prefix)], prefix) {
-		*rest = (*q)[len(prefix):]
-		return true
-	}
-	return false
 }
 
 // txnOf returns the txn c is, or wraps, or nil.

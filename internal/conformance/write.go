@@ -62,6 +62,7 @@ var writeTests = []namedTest{
 	{"AddMessagesIDs", testAddMessagesIDs},
 	{"MixedCaseTable", testMixedCaseTable},
 	{"SavepointRolledBackInHook", testSavepointRolledBackInHook},
+	{"RawSavepointSpellings", testRawSavepointSpellings},
 	{"BadInput", testBadInput},
 	{"UnstorableInput", testUnstorableInput},
 	{"PayloadAtMaxLimit", testPayloadAtMaxLimit},

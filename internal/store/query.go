@@ -5,6 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
+	"strings"
+
+	"github.com/google/uuid"
 )
 
 // QueryRow scans the one row q returns into dest; sql.ErrNoRows when it
@@ -87,4 +91,41 @@ func Savepoint(ctx context.Context, tx Execer, name string, f func() error) erro
 		return fmt.Errorf("%w: release savepoint: %w", ErrTxLost, err)
 	}
 	return nil
+}
+
+// FoundIDs reads the ids q returns (one text column) into a set; ids that do not
+// parse are skipped.
+func FoundIDs(ctx context.Context, x Execer, q string, args ...any) (map[uuid.UUID]bool, error) {
+	ids, err := Column[string](ctx, x, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[uuid.UUID]bool, len(ids))
+	for _, s := range ids {
+		if u, err := uuid.Parse(s); err == nil {
+			out[u] = true
+		}
+	}
+	return out, nil
+}
+
+// FoundIn is FoundIDs for databases with ? placeholders: it looks ids up with
+// head followed by "(?, ?, ...)", at most 500 ids a query. head selects the id
+// as text and ends in "WHERE id IN ".
+func FoundIn(ctx context.Context, x Execer, head string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	out := make(map[uuid.UUID]bool, len(ids))
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), 500)]
+		ids = ids[len(chunk):]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id.String()
+		}
+		found, err := FoundIDs(ctx, x, head+"("+strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")+")", args...)
+		if err != nil {
+			return nil, err
+		}
+		maps.Copy(out, found)
+	}
+	return out, nil
 }

@@ -210,6 +210,14 @@ type Outbox interface {
 	Abort(ctx context.Context, x Execer)
 }
 
+// Finder is an Outbox whose events are rows that can be looked up: every
+// outbox table is one; the WAL outbox, whose events leave no row, is not.
+type Finder interface {
+	// Present returns which of ids have a row that x sees (in x's
+	// transaction: its own uncommitted rows included).
+	Present(ctx context.Context, x Execer, ids []uuid.UUID) (map[uuid.UUID]bool, error)
+}
+
 // Inbox is every operation on one inbox table.
 type Inbox interface {
 	// Exists reports whether the table exists.

@@ -251,6 +251,11 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 	return out, nil
 }
 
+// Present returns which of ids have a row x sees.
+func (o *outbox) Present(ctx context.Context, x store.Execer, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	return store.FoundIn(ctx, x, `SELECT id FROM `+Quote(o.t)+` WHERE id IN `, ids)
+}
+
 // LockAggregates locks each key's row of the locks table (store.Buckets), in ascending order,
 // with SELECT ... FOR UPDATE: a record lock on an existing row (no gap lock,
 // unlike an insert of a missing key), held until the transaction ends, so a

@@ -317,6 +317,15 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 	return out, nil
 }
 
+// Present returns which of ids have a row x sees.
+func (o *outbox) Present(ctx context.Context, x store.Execer, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = id.String()
+	}
+	return store.FoundIDs(ctx, x, `SELECT id::text FROM `+o.t.Quoted()+` WHERE id = ANY($1::uuid[])`, s)
+}
+
 // LockAggregates locks each key's row of the locks table (store.Buckets),
 // in ascending order (FOR UPDATE applies after ORDER BY), until the
 // transaction ends: a second writer of the aggregate waits for the first.

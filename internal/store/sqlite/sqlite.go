@@ -209,6 +209,11 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 	return out, nil
 }
 
+// Present returns which of ids have a row x sees.
+func (o *outbox) Present(ctx context.Context, x store.Execer, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	return store.FoundIn(ctx, x, `SELECT id FROM `+o.t.Quoted()+` WHERE id IN `, ids)
+}
+
 // LockAggregates does nothing: a write transaction holds SQLite's one write
 // lock from its first write (from BEGIN, with BEGIN IMMEDIATE) to its end, so
 // the writers of any aggregate are serialized already.
