@@ -26,6 +26,16 @@ const MaxMetadataBytes = 65535
 // VARCHAR(255) columns hold.
 const MaxFieldLength = 255
 
+// MaxMetadataKeyBytes is the longest metadata key an event may carry: 255
+// bytes, the longest header name an AMQP frame can carry (a short string).
+// Every broker Herald publishes to carries metadata as headers, so a key is
+// also refused when it is empty or holds a control character or a colon
+// (which would end a NATS header's name), and a value when it holds a
+// carriage return or a line feed (which would end a NATS header): such
+// metadata fails the save with [ErrEncode], before anything is written,
+// instead of failing at every publish.
+const MaxMetadataKeyBytes = 255
+
 // MaxPayloadLimit is the largest Config.MaxPayloadBytes accepted: 8 MiB, so
 // that an event fits on every database with its default settings: half of
 // MariaDB's max_allowed_packet (16 MiB), which bounds one value of a
@@ -104,6 +114,20 @@ func storableText(s string) error {
 	return nil
 }
 
+// headerKey reports why k cannot be a header name on every broker
+// ([MaxMetadataKeyBytes]).
+func headerKey(k string) error {
+	switch {
+	case k == "":
+		return errors.New("is empty")
+	case len(k) > MaxMetadataKeyBytes:
+		return fmt.Errorf("is %d bytes, at most %d (an AMQP header name)", len(k), MaxMetadataKeyBytes)
+	case strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 || r == 0x7f || r == ':' }):
+		return errors.New("holds a control character or a colon, which no broker's header name carries")
+	}
+	return nil
+}
+
 // checkPayload checks the encoded payload of event id of type typ: JSON that
 // every database stores alike ([ErrEncode]), within Config.MaxPayloadBytes
 // ([ErrPayloadTooLarge]). With syntaxOK (encoding/json wrote it, which checks
@@ -131,8 +155,14 @@ func (p *Plugin) encodeMetadata(md events.Metadata, id uuid.UUID, typ string) ([
 		if err := storableText(k); err != nil {
 			return nil, fmt.Errorf("%w %s (%s): metadata key %q %w", ErrEncode, id, typ, k, err)
 		}
+		if err := headerKey(k); err != nil {
+			return nil, fmt.Errorf("%w %s (%s): metadata key %.40q %w", ErrEncode, id, typ, k, err)
+		}
 		if err := storableText(v); err != nil {
 			return nil, fmt.Errorf("%w %s (%s): metadata %q %w", ErrEncode, id, typ, k, err)
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			return nil, fmt.Errorf("%w %s (%s): metadata %q holds a line break, which no broker header carries", ErrEncode, id, typ, k)
 		}
 	}
 	b, err := json.Marshal(md)

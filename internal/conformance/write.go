@@ -1373,6 +1373,11 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 		{"NUL in metadata value", md("k", "a\x00b"), DocEvent{}, outboxhook.ErrEncode},
 		{"NUL in metadata key", md("k\x00", "v"), DocEvent{}, outboxhook.ErrEncode},
 		{"invalid UTF-8 in metadata", md("k", "a\xffb"), DocEvent{}, outboxhook.ErrEncode},
+		// What no broker's header carries (an AMQP header name is at most 255 bytes).
+		{"metadata key of 256 bytes", md(strings.Repeat("k", 256), "v"), DocEvent{}, outboxhook.ErrEncode},
+		{"colon in metadata key", md("a:b", "v"), DocEvent{}, outboxhook.ErrEncode},
+		{"line feed in metadata key", md("a\nb", "v"), DocEvent{}, outboxhook.ErrEncode},
+		{"line break in metadata value", md("k", "a\r\nInjected: 1"), DocEvent{}, outboxhook.ErrEncode},
 		{"metadata one byte over MariaDB's TEXT", md("k", atLimit+"m"), DocEvent{}, outboxhook.ErrPayloadTooLarge},
 		{"200 KB of metadata", md("k", strings.Repeat("m", 200<<10)), DocEvent{}, outboxhook.ErrPayloadTooLarge},
 		// The text columns: VARCHAR(255) on MariaDB.
@@ -1401,6 +1406,7 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 		{"message payload with invalid UTF-8", "out", "{\"a\":\"\xff\"}", nil, outboxhook.ErrEncode},
 		{"message metadata with NUL", "out", `{}`, message.Metadata{"k": "\x00"}, outboxhook.ErrEncode},
 		{"message metadata with invalid UTF-8", "out", `{}`, message.Metadata{"k": "\xc3"}, outboxhook.ErrEncode},
+		{"message metadata key of 256 bytes", "out", `{}`, message.Metadata{strings.Repeat("k", 256): "v"}, outboxhook.ErrEncode},
 		{"200 KB of message metadata", "out", `{}`, message.Metadata{"k": strings.Repeat("m", 200<<10)}, outboxhook.ErrPayloadTooLarge},
 		{"NUL in topic", "a\x00b", `{}`, nil, outboxhook.ErrEncode},
 		{"topic of 256 characters", strings.Repeat("t", 256), `{}`, nil, outboxhook.ErrEncode},
@@ -1435,7 +1441,7 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 	full := Big{Data: strings.Repeat("x", outboxhook.DefaultMaxPayloadBytes-len(`{"Data":""}`))}
 	must(t, outboxhook.Add(db, full))
 	pair := message.NewMessage(uuid.NewString(), []byte(`{"a":"\ud83d\ude00"}`))
-	pair.Metadata = message.Metadata{"k": "\u202e\x1b[2J ünïcode"}
+	pair.Metadata = message.Metadata{"k": "\u202e\x1b[2J ünïcode", strings.Repeat("k", outboxhook.MaxMetadataKeyBytes): "longest key"}
 	must(t, outboxhook.AddMessages(db, "out", pair))
 	longest := strings.Repeat("é", 255)
 	must(t, outboxhook.Add(db, Named{longest}))
@@ -1454,6 +1460,9 @@ func testUnstorableInput(t *testing.T, dl testkit.Dialect) {
 	}
 	if got := rows[2].Metadata["k"]; got != "\u202e\x1b[2J ünïcode" {
 		t.Errorf("message metadata = %q", got)
+	}
+	if got := rows[2].Metadata[strings.Repeat("k", outboxhook.MaxMetadataKeyBytes)]; got != "longest key" {
+		t.Errorf("metadata under the longest key = %q", got)
 	}
 }
 
