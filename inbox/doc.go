@@ -29,7 +29,9 @@
 // registered on the *gorm.DB for either.
 //
 // The consumer defaults to the Watermill handler name; the message id is the
-// Herald event id metadata key (events.MetaID), or else the message UUID.
+// Herald event id metadata key (events.MetaID), or else the message UUID. An
+// id or consumer name over [MaxKeyBytes], or not storable as text, is kept as
+// its SHA-256 on every database, so any id deduplicates.
 //
 // # Retention
 //

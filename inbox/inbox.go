@@ -2,12 +2,15 @@ package inbox
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
@@ -239,7 +242,7 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		defer func() { span.SetAttributes(attribute.Bool("herald.duplicate", duplicate)); telemetry.End(span, err) }()
 		var after []func()
 		err = in.db.WithContext(sctx).Transaction(func(tx *gorm.DB) error {
-			fresh, err := in.store.Insert(tx.Statement.Context, tx.Statement.ConnPool, consumer, id)
+			fresh, err := in.store.Insert(tx.Statement.Context, tx.Statement.ConnPool, storedKey(consumer), storedKey(id))
 			if err != nil {
 				return fmt.Errorf("inbox: record %s for %s: %w", id, consumer, err)
 			}
@@ -275,6 +278,22 @@ func call(h message.HandlerFunc, msg *message.Message) (out []*message.Message, 
 		}
 	}()
 	return h(msg)
+}
+
+// MaxKeyBytes is the longest consumer name and message id the inbox stores
+// as given: 255 bytes, what MySQL's and MariaDB's VARCHAR(255) key columns
+// hold. A longer one, or one that is not text every database stores (a NUL
+// byte, invalid UTF-8), is stored as "sha256:" and the hex SHA-256 of its
+// bytes, alike on every database: any message id deduplicates.
+const MaxKeyBytes = 255
+
+// storedKey is the inbox key column's value for s ([MaxKeyBytes]).
+func storedKey(s string) string {
+	if len(s) <= MaxKeyBytes && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // messageID is the Herald event id metadata key, which must be a UUID, or

@@ -30,6 +30,7 @@ var inboxTests = []namedTest{
 	{"HandlerErrorAndPanicRollBack", testInboxHandlerErrorAndPanicRollBack},
 	{"AfterCommit", testInboxAfterCommit},
 	{"InvalidIDs", testInboxInvalidIDs},
+	{"LongAndUnstorableIDs", testInboxLongAndUnstorableIDs},
 	{"ConcurrentDeliveries", testInboxConcurrentDeliveries},
 	{"RetentionCleanup", testInboxRetentionCleanup},
 	{"ConsumerBadInputToPoisonQueue", testInboxConsumerBadInputToPoisonQueue},
@@ -471,5 +472,40 @@ func testInboxProducedMessagesWithCopiedMetadata(t *testing.T, dl testkit.Dialec
 		if r.ID.String() == msg.UUID {
 			t.Fatalf("row %+v", r)
 		}
+	}
+}
+
+// A message id or consumer name longer than the key columns hold (MySQL's
+// VARCHAR(255)), or one holding a NUL byte or invalid UTF-8, is handled once
+// and deduplicated on every database alike (inbox.MaxKeyBytes).
+func testInboxLongAndUnstorableIDs(t *testing.T, dl testkit.Dialect) {
+	e := newInboxEnv(t, dl)
+	for _, c := range []struct{ name, consumer, id string }{
+		{"id of 256 bytes", "c", strings.Repeat("i", 256)},
+		{"id of 4,000 bytes", "c", strings.Repeat("é", 2000)},
+		{"id with a NUL byte", "c", "a\x00b"},
+		{"id with invalid UTF-8", "c", "a\xffb"},
+		{"consumer name of 300 bytes", strings.Repeat("c", 300), uuid.NewString()},
+		{"longest id stored as given", "c", strings.Repeat("j", inbox.MaxKeyBytes)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var calls atomic.Int64
+			h := e.inbox(inbox.Config{Consumer: c.consumer}).Middleware(noPublish(func(*message.Message) error {
+				calls.Add(1)
+				return nil
+			}))
+			for range 2 {
+				if _, err := h(message.NewMessage(c.id, nil)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if calls.Load() != 1 {
+				t.Fatalf("handled %d times, want 1", calls.Load())
+			}
+			// A different id of the same long prefix is another message.
+			if _, err := h(message.NewMessage(c.id+"x", nil)); err != nil || calls.Load() != 2 {
+				t.Fatalf("another id: %v, handled %d times, want 2", err, calls.Load())
+			}
+		})
 	}
 }
