@@ -47,6 +47,45 @@
 // acknowledged, so a later event of an aggregate never lands before an
 // earlier one's first copy.
 //
+// # Whose fault a failure is
+//
+// A failed record is either its own refusal, which no retry changes (its
+// error wraps relay.ErrRejected: the relay counts a strike at once, and the
+// event dies after MaxAttempts), or the brokers' condition, which an
+// operator or time fixes for every record alike (a plain error: retried,
+// it kills nothing). One function, classify, decides it for every record,
+// by this table (TestContract runs each row against kfake):
+//
+//	Condition                      Brokers' answer                                   Herald
+//	too large alone                MESSAGE_TOO_LARGE to a batch of that record       refused (ErrRejected)
+//	                               alone; franz-go's MESSAGE_TOO_LARGE for a record
+//	                               larger than kgo.ProducerBatchMaxBytes
+//	too large as a batch           MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE to     each record produced again in a
+//	                               a batch of several records                        batch of its own, in the same
+//	                                                                                 call; its result is that answer
+//	invalid (as a batch / alone)   INVALID_RECORD, CORRUPT_MESSAGE,                  as too large: a batch's is no
+//	                               INVALID_TIMESTAMP, POLICY_VIOLATION               record's own; alone, refused
+//	bad header                     (never sent) metadata sets UUIDHeaderKey          refused (ErrReservedMetadata)
+//	invalid topic name             INVALID_TOPIC_EXCEPTION                           refused
+//	full                           KAFKA_STORAGE_ERROR (a disk), retried by          outage (plain error)
+//	                               franz-go until the call's context ends
+//	topic missing (unroutable)     UNKNOWN_TOPIC_OR_PARTITION after                  outage
+//	                               kgo.UnknownTopicRetries
+//	permission denied              TOPIC_AUTHORIZATION_FAILED                        outage
+//	timeout                        REQUEST_TIMED_OUT, the call's context ended       outage
+//	connection lost                franz-go's dial or read error, the context ended  outage
+//	anything else                  any other error                                   outage
+//
+// A topic missing, or not writable by this client, refuses every record
+// alike, and an operator's fix publishes them all: killing its events would
+// make a configuration mistake lose them. Kafka answers a refusal per
+// partition's record batch, never naming the record: franz-go packs many
+// records in one, so a batch too large for the topic, or with one invalid
+// record, would otherwise kill records the broker takes alone. The records
+// produced again alone go through a second franz-go client (the same
+// options; made on first use), at most one record per partition on its way
+// at a time.
+//
 // # Tests and figures
 //
 // There is no Kafka broker (no JVM) on the machine this package is developed

@@ -122,10 +122,10 @@ func uuidOf(r *kgo.Record) string {
 	return ""
 }
 
-// failProduce makes the cluster answer one produce request with InvalidRecord
-// on every partition it holds: the first, from the nth (counting from 1), that
+// failProduce makes the cluster answer one produce request with code on
+// every partition it holds: the first, from the nth (counting from 1), that
 // holds at least minRecords records. The others are served normally.
-func failProduce(c *kfake.Cluster, nth int64, minRecords int) *injected {
+func failProduce(c *kfake.Cluster, nth int64, minRecords int, code *kerr.Error) *injected {
 	in := &injected{}
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		preq := req.(*kmsg.ProduceRequest)
@@ -151,7 +151,7 @@ func failProduce(c *kfake.Cluster, nth int64, minRecords int) *injected {
 			for _, rp := range rt.Partitions {
 				sp := kmsg.NewProduceResponseTopicPartition()
 				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.InvalidRecord.Code
+				sp.ErrorCode = code.Code
 				st.Partitions = append(st.Partitions, sp)
 			}
 			resp.Topics = append(resp.Topics, st)

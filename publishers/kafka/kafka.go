@@ -10,7 +10,6 @@ import (
 	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldgo/herald/events"
@@ -80,6 +79,8 @@ func (c Config) Validate() error {
 // concurrent use.
 type Publisher struct {
 	client *kgo.Client
+	opts   []kgo.Opt  // client's options, for solo's
+	solo   soloClient // records produced again alone (see classify)
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -112,7 +113,7 @@ func New(cfg Config) (*Publisher, error) {
 		client.Close()
 		return nil, err
 	}
-	return &Publisher{client: client}, nil
+	return &Publisher{client: client, opts: opts}, nil
 }
 
 // checkSafe refuses a client without the idempotent producer or acks=all.
@@ -161,8 +162,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // key may follow a failed one of the same key: the relay's ordered mode sends
 // at most one event per aggregate per call. A message whose metadata sets
 // UUIDHeaderKey fails with ErrReservedMetadata. Those, and the brokers'
-// refusals of a record itself (too large, invalid: see refused), wrap
-// relay.ErrRejected. A record not yet sent when
+// refusals of a record itself (too large, invalid), wrap relay.ErrRejected;
+// a refusal of a batch of several records is no record's own: each is
+// produced again in a batch of its own, within the call, and that answer is
+// its result (see "Whose fault a failure is" in the package documentation).
+// A record not yet sent when
 // ctx is done fails with ctx's error; PublishBatch returns when every record
 // has its result, or when ctx is done: then the records without one get ctx's
 // error (they may still be written: the relay publishes them again).
@@ -199,17 +203,22 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*mes
 	for i, m := range msgs {
 		rec, err := record(topic, m)
 		if err != nil {
-			finish(i, fmt.Errorf("%w: %w", relay.ErrRejected, err)) // the message's own: no retry changes it
+			out, _ := classify(topic, err, true)
+			finish(i, out)
 			continue
 		}
-		p.client.Produce(ctx, rec, func(_ *kgo.Record, err error) {
-			switch {
-			case refused(err):
-				err = fmt.Errorf("%w: kafka: produce to %s: %w", relay.ErrRejected, topic, err)
-			case err != nil:
-				err = fmt.Errorf("kafka: produce to %s: %w", topic, err)
+		p.client.Produce(ctx, rec, func(rec *kgo.Record, err error) {
+			out, again := classify(topic, err, false)
+			if !again {
+				finish(i, out)
+				return
 			}
-			finish(i, err)
+			// Refused with its batch: its own verdict is the answer to it
+			// alone. Not in franz-go's goroutine: a promise must not block.
+			go func() {
+				out, _ := classify(topic, p.alone(ctx, rec), true)
+				finish(i, out)
+			}()
 		})
 	}
 	select {
@@ -225,21 +234,6 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*mes
 		}
 	}
 	return res
-}
-
-// refused tells the brokers' refusals of the records themselves (too large,
-// invalid, corrupt, a topic that cannot exist or may not be written, a
-// policy), which no retry of the same record changes, from the failures of the
-// moment (a leader moving, a timeout): those wrap relay.ErrRejected, and the
-// relay counts them as a strike at once.
-func refused(err error) bool {
-	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage,
-		kerr.InvalidTopicException, kerr.TopicAuthorizationFailed, kerr.PolicyViolation} {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
 }
 
 // record is the Kafka record of msg: its value the payload; its key the
@@ -286,6 +280,7 @@ func (p *Publisher) Close() error {
 	p.once.Do(func() {
 		p.closed.Store(true)
 		p.client.Close()
+		p.solo.close()
 	})
 	return nil
 }

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -20,12 +22,13 @@ import (
 const relayTopic = "account.deposited"
 
 // Through Herald's relay in ordered mode, with a produce request refused in
-// the middle of the run: every event arrives once, and each aggregate's
+// the middle of the run (INVALID_RECORD for its batch: each record is sent
+// again alone, see classify): every event arrives once, and each aggregate's
 // events are in commit order.
 func TestRelayOrderedEndToEnd(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, relayTopic)
-	in := failProduce(c, 4, 5)
+	in := failProduce(c, 4, 5, kerr.InvalidRecord)
 	recs := runOrdered(t, c, 40, relay.Config{})
 	if in.records.Load() == 0 {
 		t.Fatal("no produce request refused")
@@ -176,3 +179,32 @@ type bigDeposit struct {
 }
 
 func (bigDeposit) EventType() string { return relayTopic }
+
+// Issue 30, item 4, through the relay in ordered mode: a topic whose
+// max.message.bytes takes each record alone but not the batches franz-go
+// packs them in. No event dies (each is sent again alone), and each
+// aggregate's events are in commit order: a dead event would be skipped and
+// its aggregate's later events published before it.
+func TestRelayOrderedBatchTooLargeForTopic(t *testing.T) {
+	t.Parallel()
+	const limit = 700
+	c := newCluster(t)
+	createTopic(t, c, relayTopic, 4, map[string]string{"max.message.bytes": fmt.Sprint(limit)})
+	var tooLarge atomic.Int64
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Observe: true, Count: -1, When: func(r kmsg.Request) bool {
+		for _, rt := range r.(*kmsg.ProduceRequest).Topics {
+			for _, rp := range rt.Partitions {
+				if len(rp.Records) > limit {
+					tooLarge.Add(1)
+				}
+			}
+		}
+		return true
+	}})
+	// One strike kills: a batch's refusal must be none.
+	recs := runOrdered(t, c, 40, relay.Config{MaxAttempts: 1})
+	if tooLarge.Load() == 0 {
+		t.Fatal("no record batch was too large for the topic")
+	}
+	t.Logf("%d records; %d record batches too large for the topic", len(recs), tooLarge.Load())
+}
