@@ -249,11 +249,13 @@ func TestRecreateLostSlot(t *testing.T) {
 	r, err := walrelay.New(rs.dsn, pub, cfg)
 	testkit.Must(t, err)
 	stop = start(t, r)
-	// Streamed: made (a slot being made is listed before its start is
-	// known, while the server waits for the transactions running then).
+	// Streamed by a walsender: made (a slot being made is listed, active
+	// for the backend making it, before its start is known, while the
+	// server waits for the transactions running then).
 	testkit.Eventually(t, 20*time.Second, "the slot to be made again and streamed", func() bool {
 		var n int64
-		testkit.Must(t, db.Raw(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = ? AND active`, rs.slot).Scan(&n).Error)
+		testkit.Must(t, db.Raw(`SELECT count(*) FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+WHERE s.slot_name = ?`, rs.slot).Scan(&n).Error)
 		return n > 0
 	})
 	write(t, db, 5, 6)
