@@ -151,6 +151,8 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	if r.leases != nil {
 		start(r.leases.run)
+	} else {
+		start(r.heartbeat)
 	}
 	if caps.Has(store.Position) {
 		start(r.sweeper)

@@ -1,0 +1,82 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+)
+
+// Heartbeats is what the database knows of the relays of one outbox: the
+// instance table (<outbox>_relays, a row per relay instance with when it last
+// said it was alive, by the database's clock), which ordered mode's leases
+// beat and unordered relays beat too, and the partition leases of ordered
+// mode (<outbox>_leases). Every age is measured by the database's clock, so
+// the application's clocks are never compared with it.
+type Heartbeats interface {
+	// Create makes the instance table when it is missing (as migration
+	// 0002 makes it).
+	Create(ctx context.Context, x Execer) error
+	// Beat records that instance is alive now: an upsert of its one row,
+	// in a statement of its own.
+	Beat(ctx context.Context, x Execer, instance string) error
+	// Prune deletes the rows of instances not seen for longer than
+	// olderThan (relays that stopped, or crashed, long ago).
+	Prune(ctx context.Context, x Execer, olderThan time.Duration) error
+	// Instances reads every instance's row, the most recently seen first.
+	Instances(ctx context.Context, x Execer) ([]InstanceSeen, error)
+	// Leases reads the partition leases that have an owner, by owner.
+	Leases(ctx context.Context, x Execer) ([]LeaseOwner, error)
+	// Due counts the pending events that are due (next attempt reached)
+	// and how long the longest-due one has been due.
+	Due(ctx context.Context, x Execer) (n int64, overdue time.Duration, err error)
+}
+
+// InstanceSeen is a relay instance's row: its name and how long ago it last
+// beat.
+type InstanceSeen struct {
+	Instance string
+	Ago      time.Duration
+}
+
+// LeaseOwner is the partition leases an instance owns: how many, and how
+// long until the latest of them ends (negative: ended that long ago, the
+// instance stopped renewing).
+type LeaseOwner struct {
+	Owner      string
+	Partitions int
+	Left       time.Duration
+}
+
+// heartbeater is a Driver that knows its relays' heartbeats.
+type heartbeater interface {
+	Heartbeats(t ident.Table) Heartbeats
+}
+
+// HeartbeatsOf returns the heartbeats of the outbox t on d's database, or nil
+// when d does not keep them.
+func HeartbeatsOf(d Driver, t ident.Table) Heartbeats {
+	if h, ok := d.(heartbeater); ok {
+		return h.Heartbeats(t)
+	}
+	return nil
+}
+
+// ScanInstance reads an instance row: its name, then its age in microseconds.
+func ScanInstance(rows interface{ Scan(...any) error }) (InstanceSeen, error) {
+	var s InstanceSeen
+	var us int64
+	err := rows.Scan(&s.Instance, &us)
+	s.Ago = time.Duration(us) * time.Microsecond
+	return s, err
+}
+
+// ScanLeaseOwner reads a lease owner row: the owner, its partitions, then
+// the time left on its latest lease in microseconds.
+func ScanLeaseOwner(rows interface{ Scan(...any) error }) (LeaseOwner, error) {
+	var o LeaseOwner
+	var us int64
+	err := rows.Scan(&o.Owner, &o.Partitions, &us)
+	o.Left = time.Duration(us) * time.Microsecond
+	return o, err
+}
