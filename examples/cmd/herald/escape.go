@@ -1,49 +1,12 @@
 package main
 
-import (
-	"fmt"
-	"strconv"
-	"strings"
-	"unicode/utf8"
-)
+import "github.com/heraldgo/herald/admin"
 
-// printable returns s with what a terminal would act on or not show escaped,
-// in Go's notation: control characters (an escape sequence, a carriage
-// return, a tab, a NUL: \x1b, \r, \t, \x00), the other runes that are not
-// printable (C1 controls, bidi overrides and other format characters, spaces
-// other than ASCII's: \u009b, \u202e) and bytes that are not UTF-8 (\xff).
-// Printable text is kept as it is, backslashes included, so that ordinary
-// text stays readable. The human output passes every value read from the
-// database through it; --json prints them exact.
-func printable(s string) string {
-	i := strings.IndexFunc(s, func(r rune) bool { return r == utf8.RuneError || !strconv.IsPrint(r) })
-	if i < 0 {
-		return s
-	}
-	var b strings.Builder
-	b.WriteString(s[:i])
-	for i < len(s) {
-		r, n := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && n == 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case strconv.IsPrint(r):
-			b.WriteString(s[i : i+n])
-		default:
-			q := strconv.QuoteRuneToASCII(r)
-			b.WriteString(q[1 : len(q)-1])
-		}
-		i += n
-	}
-	return b.String()
-}
+// printable escapes what a terminal would act on or not show (admin.Printable,
+// which the admin page uses too): the human output passes every value read
+// from the database through it; --json prints them exact.
+func printable(s string) string { return admin.Printable(s) }
 
-// printableLines is printable for text of several lines: each line escaped,
-// the line breaks kept, the lines after the first indented by indent.
-func printableLines(s, indent string) string {
-	lines := strings.Split(s, "\n")
-	for i, l := range lines {
-		lines[i] = printable(l)
-	}
-	return strings.Join(lines, "\n"+indent)
-}
+// printableLines is printable for text of several lines, the lines after the
+// first indented by indent (admin.PrintableLines).
+func printableLines(s, indent string) string { return admin.PrintableLines(s, indent) }

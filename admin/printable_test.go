@@ -1,6 +1,10 @@
-package main
+package admin_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/heraldgo/herald/admin"
+)
 
 func TestPrintable(t *testing.T) {
 	t.Parallel()
@@ -20,11 +24,11 @@ func TestPrintable(t *testing.T) {
 		"cut\xe6\x9d":                  `cut\xe6\x9d`,
 		"\uFFFD":                       "\uFFFD", // a replacement character is printable
 	} {
-		if got := printable(in); got != want {
-			t.Errorf("printable(%q) = %s, want %s", in, got, want)
+		if got := admin.Printable(in); got != want {
+			t.Errorf("Printable(%q) = %s, want %s", in, got, want)
 		}
 	}
-	if got := printableLines("a\x1b\nb\rc", "  "); got != "a\\x1b\n  b\\rc" {
-		t.Errorf("printableLines = %q", got)
+	if got := admin.PrintableLines("a\x1b\nb\rc", "  "); got != "a\\x1b\n  b\\rc" {
+		t.Errorf("PrintableLines = %q", got)
 	}
 }
