@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,6 +9,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/drivers"
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/migrations"
 )
 
@@ -17,7 +23,9 @@ func (c *cli) migrate(args []string) int {
   up      applies the migrations the database of DATABASE_URL has not recorded
           (in herald_schema_migrations), each in a transaction where the
           database allows DDL in one
-  status  lists the migrations, applied or not
+  status  lists the migrations: applied (recorded), present (not recorded,
+          but everything it makes is there: Herald created its tables
+          itself) or pending
   print   prints the SQL of a database's migrations (--db, or that of
           DATABASE_URL), for a DBA to apply; --down prints the down files
 
@@ -101,21 +109,91 @@ missing.`)
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
 	_, _ = fmt.Fprintln(tw, "VERSION\tNAME\tSTATE")
-	pending := 0
+	pending, present := 0, 0
 	for _, m := range states {
 		state := "applied"
 		if !m.Applied {
-			state, pending = "pending", pending+1
+			missing, some, err := lacks(c.ctx, db, m.Migration)
+			if err != nil {
+				return c.fail(err)
+			}
+			switch {
+			case len(missing) == 0:
+				state, present = "present (created by Herald, not recorded)", present+1
+			case some:
+				state, pending = "pending (lacks "+strings.Join(missing, ", ")+")", pending+1
+			default:
+				state, pending = "pending", pending+1
+			}
 		}
 		_, _ = fmt.Fprintf(tw, "%04d\t%s\t%s\n", m.Version, m.Name, state)
 	}
 	_ = tw.Flush()
-	if pending == 0 {
-		c.printf("\nevery migration is applied\n")
-	} else {
+	switch {
+	case pending > 0 && present > 0:
+		c.printf("\n%d to apply: herald migrate up (Herald created the tables it has needed so far; "+
+			"up makes only what is missing, such as what a relay in another mode uses, and records every migration)\n", pending)
+	case pending > 0:
 		c.printf("\n%d to apply: herald migrate up\n", pending)
+	case present > 0:
+		c.printf("\nup to date: Herald created its tables itself, with everything every migration makes; "+
+			"%s does not record that (herald migrate up records it and changes nothing)\n", migrations.VersionTable)
+	default:
+		c.printf("\nevery migration is applied\n")
 	}
 	return exitOK
+}
+
+// lacks looks up in db what the up file of migration m makes (its tables,
+// indexes and columns, and the rows of a step that has a check), as Migrate
+// and Herald's own creation do before they make it: missing names what is
+// not there, some reports that part of it is. A migration that is not
+// recorded in herald_schema_migrations but has everything is one Herald
+// applied itself, when it created its tables (it records nothing): status
+// must not call it pending.
+func lacks(ctx context.Context, db *gorm.DB, m migrations.Migration) (missing []string, some bool, err error) {
+	conn, err := drivers.Open(db, "")
+	if err != nil {
+		return nil, false, err
+	}
+	objs, err := store.Objects(conn.Driver.Migrations(), m.Up, "", ident.Table{}, conn.Driver.Quote)
+	if err != nil {
+		return nil, false, fmt.Errorf("migration %s: %w", m, err)
+	}
+	for _, o := range objs {
+		if o.Kind == store.KindStep && o.Check == "" {
+			continue // runs in Migrate unconditionally; nothing to look up
+		}
+		ok, err := conn.Driver.ObjectExists(ctx, conn.DB, o)
+		if err != nil && o.Kind == store.KindStep {
+			// A step's check reads its table: no table, no rows (not an error).
+			if there, e := conn.Driver.ObjectExists(ctx, conn.DB, store.Object{Kind: store.KindTable, Name: o.Name}); e == nil && !there {
+				ok, err = false, nil
+			}
+		}
+		if err != nil {
+			return nil, false, fmt.Errorf("migration %s: look up %s: %w", m, describe(o), err)
+		}
+		if ok {
+			some = true
+		} else {
+			missing = append(missing, describe(o))
+		}
+	}
+	return missing, some, nil
+}
+
+// describe names what o makes, for status.
+func describe(o store.Object) string {
+	switch o.Kind {
+	case store.KindIndex:
+		return "index " + o.Name.String()
+	case store.KindColumn:
+		return "column " + o.Name.String() + "." + o.Column
+	case store.KindStep:
+		return "the rows of " + o.Name.String()
+	}
+	return "table " + o.Name.String()
 }
 
 // printMigrations prints the SQL of the database's migrations, each file under
