@@ -6,7 +6,8 @@
 // over every call, and each counts as published only when JetStream
 // acknowledged it: stored in a stream. A message that fails (too large for
 // the server, refused by its stream, not acknowledged within
-// Config.AckTimeout) fails alone; the others of the call still succeed. The
+// Config.AckTimeout) fails alone; the others of the call still succeed.
+// Whether the failure is the message's own is decided by the table below. The
 // event id (the message UUID) travels as Nats-Msg-Id: a copy published again
 // within the stream's duplicate window (two minutes by default) is dropped
 // by JetStream, so a retry after a lost ack stores nothing twice.
@@ -17,6 +18,43 @@
 // same UUID and metadata. With Config.AutoProvision, a topic's stream is
 // created as watermill-nats creates it (named after the topic, the topic as
 // its subject).
+//
+// # Whose fault a failure is
+//
+// A failed message is either its own refusal, which no retry changes (its
+// error wraps relay.ErrRejected: the relay counts a strike at once, and the
+// event dies after MaxAttempts), or the server's condition, which an
+// operator or time fixes for every message alike (a plain error: retried,
+// it kills nothing). One function, classify, decides it for every message,
+// by this table (TestContract runs each row against the NATS server):
+//
+//	Condition                       Server's answer                                  Herald
+//	too large alone                 nats.ErrMaxPayload (over the server's            refused (ErrRejected)
+//	                                max_payload); API error 10054 (over the
+//	                                stream's max_msg_size)
+//	too large as a batch            none: each message is published alone            -
+//	bad header                      (never sent) ErrBadHeader                        refused
+//	expectation not met             API error 10060, 10070, 10071 (a                 refused
+//	                                Nats-Expected-* header in the metadata)
+//	invalid subject                 nats.ErrBadSubject (a topic with a space)        refused
+//	full stream                     API error 10077 (503: maximum messages, bytes    outage (plain error)
+//	                                or messages per subject exceeded, DiscardNew)
+//	stream missing (unroutable)     jetstream.ErrNoStreamResponse (no stream         outage; re-provisioned on the next
+//	                                captures the subject)                            call with AutoProvision
+//	permission denied               no ack (the server drops the publish and        outage
+//	                                tells the connection's error handler)
+//	timeout                         jetstream.ErrAsyncPublishTimeout, the call's     outage
+//	                                context ended
+//	connection lost                 no ack, the context ended, a closed connection   outage
+//	anything else                   any other error, any other API error code        outage
+//
+// A full stream (DiscardNew and a limit, its consumers behind) refuses every
+// message until they catch up: an outage, as a broker down is, which kills
+// nothing. A stream missing or a subject this user may not publish to
+// refuses every message alike, and an operator's fix publishes them all. An
+// API error code the table does not name is an outage: taken for a refusal,
+// an outage would kill events; a refusal taken for an outage is retried,
+// and shows as failing.
 //
 // # Safe and unsafe Watermill settings for an outbox
 //

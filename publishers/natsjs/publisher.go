@@ -93,7 +93,9 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // PublishBatch publishes msgs to topic (the NATS subject), pipelined, and
 // returns one error per message, in the order of msgs: nil when JetStream
 // acknowledged it. A message that fails (too large, refused by its stream,
-// no ack within Config.AckTimeout) fails alone. Each message carries its
+// no ack within Config.AckTimeout) fails alone; its error wraps
+// relay.ErrRejected only when the failure is its own (see "Whose fault a
+// failure is" in the package documentation): a full stream is not. Each message carries its
 // UUID and metadata in headers as watermill-nats' NATSMarshaler writes them,
 // and its UUID as Nats-Msg-Id, so the stream's duplicate window drops a copy
 // published again. When ctx is done, the messages not yet acknowledged fail
@@ -107,7 +109,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*mes
 	}
 	defer p.calls.Done()
 	if err := p.ensureStream(ctx, topic); err != nil {
-		fill(errs, err)
+		fill(errs, classify(err))
 		return errs
 	}
 	futures := make([]jetstream.PubAckFuture, len(msgs))
@@ -117,22 +119,19 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*mes
 		for i, m := range msgs {
 			nm, err := NATSMessage(topic, m)
 			if err != nil {
-				errs[i] = fmt.Errorf("%w: %w", relay.ErrRejected, err) // the message's own: no retry makes it a header
+				errs[i] = classify(err)
 				continue
 			}
 			if err := p.acquire(ctx); err != nil {
 				for j := i; j < len(msgs); j++ {
-					errs[j] = fmt.Errorf("natsjs: message %s not sent: %w", msgs[j].UUID, err)
+					errs[j] = classify(fmt.Errorf("natsjs: message %s not sent: %w", msgs[j].UUID, err))
 				}
 				return
 			}
 			f, err := p.js.PublishMsgAsync(nm)
 			if err != nil {
 				p.release()
-				if errors.Is(err, nats.ErrMaxPayload) { // larger than the server takes: the message's own
-					err = fmt.Errorf("%w: %w", relay.ErrRejected, err)
-				}
-				errs[i] = fmt.Errorf("natsjs: publish message %s: %w", m.UUID, err)
+				errs[i] = classify(fmt.Errorf("natsjs: publish message %s: %w", m.UUID, err))
 				continue
 			}
 			futures[i] = f
@@ -149,7 +148,7 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*mes
 			p.release()
 			errs[i] = p.failed(topic, msgs[i], err)
 		case <-ctx.Done():
-			errs[i] = fmt.Errorf("natsjs: message %s not acknowledged in time: %w", msgs[i].UUID, ctx.Err())
+			errs[i] = classify(fmt.Errorf("natsjs: message %s not acknowledged in time: %w", msgs[i].UUID, ctx.Err()))
 			late = append(late, f)
 		}
 	}
@@ -175,10 +174,8 @@ func (p *Publisher) settle(late []jetstream.PubAckFuture) {
 	}
 }
 
-// failed wraps the error of a message JetStream did not acknowledge: the
-// server's answer refusing it (an API error: the stream's limits or an
-// expectation of the message) also wraps relay.ErrRejected, a failure that is
-// the message's own. No responders means no stream captures topic: it is
+// failed is the error of a message JetStream did not acknowledge, as
+// classify decides it. No responders means no stream captures topic: it is
 // provisioned again on the next call, if AutoProvision is set.
 func (p *Publisher) failed(topic string, m *message.Message, err error) error {
 	if errors.Is(err, jetstream.ErrNoStreamResponse) {
@@ -186,12 +183,9 @@ func (p *Publisher) failed(topic string, m *message.Message, err error) error {
 		delete(p.streams, topic)
 		p.smu.Unlock()
 	}
-	var api *jetstream.APIError
-	if errors.As(err, &api) {
-		err = fmt.Errorf("%w: %w", relay.ErrRejected, err)
-	}
+	err = classify(fmt.Errorf("natsjs: message %s: %w", m.UUID, err))
 	p.log.Debug("natsjs: message not acknowledged", "topic", topic, "message_uuid", m.UUID, "error", err)
-	return fmt.Errorf("natsjs: message %s: %w", m.UUID, err)
+	return err
 }
 
 // NATSMessage is the NATS message Publisher sends for m on topic: the payload
