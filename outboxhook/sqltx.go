@@ -61,7 +61,9 @@ func SQLTx(tx *gorm.DB) (*sql.Tx, bool) {
 			if t == nil {
 				return nil, false
 			}
-			t.suspect()
+			if t.pool.p.cfg.Storage != StorageWAL {
+				t.suspect() // with StorageWAL there is nothing to look up: see above
+			}
 			c = t.ConnPool
 		case *gorm.PreparedStmtTX:
 			if t == nil {

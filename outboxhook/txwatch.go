@@ -130,18 +130,11 @@ func (t *txn) fail(err error) {
 	}
 }
 
-// suspect puts the transaction in doubt (see txn), where the outbox's rows can
-// be looked up; the WAL outbox has none, and its entries are marked as before.
+// suspect puts the transaction in doubt (see txn).
 func (t *txn) suspect() {
 	t.mu.Lock()
-	t.suspectLocked()
+	t.doubt = true
 	t.mu.Unlock()
-}
-
-func (t *txn) suspectLocked() {
-	if _, ok := t.pool.p.out.(store.Finder); ok {
-		t.doubt = true
-	}
 }
 
 // ExecContext runs query in the transaction and follows its savepoints.
@@ -226,14 +219,19 @@ func (t *txn) Commit() error {
 }
 
 // stillWritten returns the entries whose rows the transaction still holds.
-// When the lookup fails, none: they stay pending, and the next save of their
-// aggregates writes them again (under the same ids: at worst published twice).
+// When they cannot be looked up (the WAL outbox has no rows) or the lookup
+// fails, none: they stay pending, and the next save of their aggregates writes
+// them again (under the same ids: at worst published twice).
 func (t *txn) stillWritten(written []*recorded.Entry) []*recorded.Entry {
+	f, ok := t.pool.p.out.(store.Finder)
+	if !ok || t.pool.p.cfg.Storage == StorageWAL {
+		return nil
+	}
 	ids := make([]uuid.UUID, 0, len(written))
 	for _, e := range written {
 		ids = append(ids, e.Record.ID)
 	}
-	found, err := t.pool.p.out.(store.Finder).Present(t.ctx, t.ConnPool, ids)
+	found, err := f.Present(t.ctx, t.ConnPool, ids)
 	if err != nil {
 		return nil
 	}
@@ -282,7 +280,7 @@ func (t *txn) ran(s savepointStmt, err error) {
 	}
 	if i < 0 {
 		if s.op == spRollback {
-			t.suspectLocked()
+			t.doubt = true
 		}
 		return
 	}

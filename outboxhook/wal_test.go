@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -238,4 +239,29 @@ func TestWALUnwatchedTransaction(t *testing.T) {
 	wantWAL(t, db, slot, "order.paid") // placed committed: not written again
 	must(t, db.Create(undone).Error)
 	wantWAL(t, db, slot, "order.placed") // rolled back: written again
+}
+
+// A ROLLBACK TO the plugin does not read exactly leaves the transaction's
+// events pending, since the WAL holds no rows to look them up: the next save
+// emits them again (at worst twice), and none is lost.
+func TestWALUnreadRollbackKeepsEvents(t *testing.T) {
+	db, slot := setupWAL(t)
+	a, b := NewOrder(), NewOrder()
+	must(t, db.Transaction(func(tx *gorm.DB) error {
+		must(t, tx.Create(a).Error)
+		must(t, tx.Exec(`SAVEPOINT `+strings.Repeat("s", 63)+`_a`).Error)
+		must(t, tx.Create(b).Error)
+		// PostgreSQL cuts names at 63 bytes: this is the savepoint set above.
+		return tx.Exec(`ROLLBACK TO ` + strings.Repeat("s", 63) + `_b`).Error
+	}))
+	wantWAL(t, db, slot, "order.placed")
+	if len(a.Events()) != 1 || len(b.Events()) != 1 {
+		t.Fatalf("pending after the commit: a %d, b %d; want 1 each", len(a.Events()), len(b.Events()))
+	}
+	must(t, db.Save(a).Error)
+	must(t, db.Create(b).Error)
+	got := wantWAL(t, db, slot, "order.placed", "order.placed")
+	if got[0].AggregateID != a.ID.String() || got[1].AggregateID != b.ID.String() {
+		t.Fatalf("emitted %s, %s; want a's, then b's", got[0].AggregateID, got[1].AggregateID)
+	}
 }

@@ -35,6 +35,7 @@ var spellings = []spelling{
 	{name: "ROLLBACK TRANSACTION TO", set: "SAVEPOINT sp", rollback: "ROLLBACK TRANSACTION TO SAVEPOINT sp", dbs: []string{"postgres", "sqlite"}},
 	{name: "ROLLBACK WORK TO", set: "SAVEPOINT sp", rollback: "ROLLBACK WORK TO sp", dbs: []string{"postgres", "mysql"}},
 	{name: "leading comments", set: "/* a */ SAVEPOINT sp", rollback: "-- undo\n/* b */ ROLLBACK TO sp"},
+	{name: "unicode escape name", set: "SAVEPOINT sp", rollback: `ROLLBACK TO U&"sp"`, dbs: []string{"postgres"}},
 	{name: "nested comments", set: "/* a */ SAVEPOINT sp", rollback: "/* the /* nested */ one */ ROLLBACK TO sp", dbs: []string{"postgres"}},
 	{name: "hash comment", set: "SAVEPOINT sp", rollback: "# undo\nROLLBACK TO sp", dbs: []string{"mysql"}},
 	{name: "executable comment", set: "SAVEPOINT sp", rollback: "/*!ROLLBACK TO sp*/", dbs: []string{"mysql"}},
