@@ -25,7 +25,8 @@ const (
 	// StorageTable writes each event as a row of the outbox table
 	// (Config.Table), which package relay publishes. The default.
 	StorageTable Storage = iota
-	// StorageWAL writes each event, on PostgreSQL only, as a transactional
+	// StorageWAL (experimental: see package walrelay) writes each event, on
+	// PostgreSQL only, as a transactional
 	// logical message in the write-ahead log (pg_logical_emit_message(true,
 	// Config.WALPrefix, content)) instead of a row: the message exists iff
 	// the saving transaction (and the savepoint it was written under)
@@ -37,9 +38,9 @@ const (
 	// occurred_at). Aggregates are not locked: the log is in commit order.
 	// AddMessages cannot tell an id already written ([ErrDuplicateID] only
 	// for ids repeated in one call). In a transaction the plugin cannot
-	// watch (begun on a pool it does not wrap), a savepoint rolled back
-	// after the write is not seen, and the events it undid are forgotten as
-	// committed.
+	// watch (begun on a pool it does not wrap), or run on the *sql.Tx that
+	// SQLTx hands out, a savepoint rolled back after the write is not seen,
+	// and the events it undid are forgotten as committed.
 	StorageWAL
 )
 

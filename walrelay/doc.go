@@ -7,6 +7,11 @@
 // messages and prefixes are skipped) to a Watermill publisher as the same
 // message the table relay publishes (relay.NewMessage).
 //
+// Status: experimental. The WAL mode works and is tested, but its API may
+// change before 1.0, and it lacks what the table relay has (see
+// docs/wal.md, "Not there yet"). The outbox table (outboxhook's default
+// storage) is the stable mode.
+//
 //	r, err := walrelay.New(dsn, publisher, walrelay.Config{})
 //	if err != nil { ... }
 //	err = r.Run(ctx) // until ctx is cancelled
