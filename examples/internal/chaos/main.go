@@ -52,6 +52,19 @@
 // over), which runs, while it streams, the table relay of the events it
 // parked (walrelay.Config.Parked).
 //
+// Issue 30's edges, each behind a flag: -savepoints makes a third of the
+// writers' transactions set raw savepoints and roll back to them (tx.Exec, in
+// every spelling the database accepts; half the writers through PrepareStmt
+// sessions), the ledger booking an event undone by a ROLLBACK TO when a later
+// save commits it; -drop-slot (-storage wal) drops the replication slot once:
+// every relay must stop with walrelay.ErrSlot, the orchestrator starts afresh
+// as the operator would (walrelay.RecreateSlot), and the events committed
+// between the lost slot's last confirmed position and the new slot's start
+// are listed as at risk, the only ones allowed lost; -fill-stream (-broker
+// natsjs) makes the streams full (DiscardNew) for a while under a burst;
+// -small-batch-limit (-broker kafka) sets the topics' max.message.bytes below
+// a batch of events. Nothing may die of a full broker or a batch too large.
+//
 // At the end it checks every committed event's effect happened exactly once
 // (the poisoned excepted), no event of a rolled-back transaction was ever
 // seen, per-aggregate order in the streams was never violated, the dead events
@@ -72,8 +85,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+
+	"github.com/heraldgo/herald/walrelay"
 )
 
 func main() {
@@ -81,6 +97,10 @@ func main() {
 	switch {
 	case len(os.Args) > 1 && os.Args[1] == "relay":
 		err = runRelay(context.Background())
+		if errors.Is(err, walrelay.ErrSlot) { // -drop-slot: the operator decides
+			fmt.Fprintln(os.Stderr, "chaos: relay stopped:", err)
+			os.Exit(exitSlotLost)
+		}
 	case len(os.Args) > 1 && os.Args[1] == "consumer":
 		err = runConsumer(context.Background())
 	default:

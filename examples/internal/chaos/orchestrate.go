@@ -43,6 +43,10 @@ type ledger struct {
 	poisoned      map[string]struct{} // committed, and refused by the relays' publisher for ever
 	poisonUnknown map[string]struct{} // poisoned, in a transaction whose outcome is unknown
 	writeErrs     int64
+	// atRisk are the committed events that may have been committed between
+	// a lost slot's last confirmed position and the new slot's start
+	// (-drop-slot): lost events are allowed among them only.
+	atRisk map[string]struct{}
 }
 
 func newLedger() *ledger {
@@ -116,6 +120,10 @@ type options struct {
 	broker                                            string        // the relays' publisher: nats or natsjs
 	storage                                           string        // "table" or "wal" (outboxhook.StorageWAL and walrelay; PostgreSQL)
 	host                                              hostOptions
+	savepoints                                        bool // writers use raw savepoints, some through PrepareStmt
+	dropSlot                                          bool // -storage wal: the slot is dropped once; the operator starts afresh
+	fillStream                                        bool // -broker natsjs: the streams fill up (DiscardNew) for a while
+	smallBatchLimit                                   int  // -broker kafka: the topics' max.message.bytes (0: kfake's default)
 }
 
 func parseOptions(args []string) (options, error) {
@@ -154,6 +162,10 @@ func parseOptions(args []string) (options, error) {
 	fs.DurationVar(&o.host.keep, "keep", 0, "the relays keep published events this long (relay.Config.Retention), so that an order violation's rows can still be described at the end (0: deleted when published; not with -partitions)")
 	fs.DurationVar(&o.host.slowSave, "slow-save", time.Second, "a writer's save slower than this counts as held back")
 	fs.BoolVar(&o.host.judgedSaves, "judge-saves", false, "fail the run when a writer's save is slower than -slow-save (SQLite: when a relay's or consumer's transaction held the write lock that long, frozen relays excepted; the saves are shown)")
+	fs.BoolVar(&o.savepoints, "savepoints", false, "a third of the writers' transactions set a savepoint with raw SQL (tx.Exec) and roll back to it, in the spellings the database accepts (white space, case, comments, optional keywords, quoted names): SAVEPOINT, save, ROLLBACK TO, save again; or SAVEPOINT, save, ROLLBACK TO, commit (the events stay pending on the account, written by its next save, in a later transaction); or SAVEPOINT, save, RELEASE; or save, SAVEPOINT, ROLLBACK TO. Half the writers run them through a PrepareStmt session. Accounts still carrying undone events when the writers stop are saved once more")
+	fs.BoolVar(&o.dropSlot, "drop-slot", false, "-storage wal: at 1/4 of the run the replication slot is dropped (pg_terminate_backend of its active pid, then pg_drop_replication_slot): every relay process must stop with walrelay.ErrSlot and none may make the slot again; the orchestrator, as the operator, then starts afresh (walrelay.RecreateSlot) and lets the relays run again. The events committed between the lost slot's last confirmed position and the new slot's start are listed as at risk: lost events are allowed only among them (a WAL event has no table row: its slot gone, it is gone)")
+	fs.BoolVar(&o.fillStream, "fill-stream", false, "-broker natsjs: at 1/2 of the run both streams are made full for 4s (MaxMsgs 100 over what they hold, DiscardNew) under a burst of events, then given room again: JetStream refuses publishes with 'maximum messages exceeded', which is the broker's condition, not the messages': nothing may die")
+	fs.IntVar(&o.smallBatchLimit, "small-batch-limit", 0, "-broker kafka: the topics' max.message.bytes, in bytes: below a batch of the writers' events but above one event (e.g. 2000), so that the broker refuses batches as too large; publishers/kafka must split them, and refuse a record only when it is refused alone: nothing may die but the poisoned (0: kfake's default, 1MB)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -172,6 +184,15 @@ func parseOptions(args []string) (options, error) {
 		}
 	default:
 		return o, fmt.Errorf("-storage %q: table or wal", o.storage)
+	}
+	if o.dropSlot && o.storage != "wal" {
+		return o, errors.New("-drop-slot: -storage wal only")
+	}
+	if o.fillStream && o.broker != "natsjs" {
+		return o, errors.New("-fill-stream: -broker natsjs only (Herald's JetStream publisher, which takes a full stream for an outage)")
+	}
+	if o.smallBatchLimit != 0 && (o.broker != "kafka" || o.smallBatchLimit < 0) {
+		return o, errors.New("-small-batch-limit: -broker kafka only, a number of bytes")
 	}
 	if o.poll == 0 {
 		o.poll = dialects[o.db].poll
@@ -337,6 +358,10 @@ func orchestrate(args []string) (bool, error) {
 		wg       sync.WaitGroup
 		stopping atomic.Bool
 	)
+	var sf *slotFault // -drop-slot
+	if o.dropSlot {
+		sf = &slotFault{q: q, dsn: dbase.childDSN, ordered: !o.unordered}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return false, err
@@ -367,6 +392,9 @@ func orchestrate(args []string) (bool, error) {
 				c.cmd = cmd
 				c.mu.Unlock()
 				_ = cmd.Wait()
+				if sf != nil && c.role == "relay" {
+					sf.exited(cmd, &stopping)
+				}
 			}
 		}()
 	}
@@ -390,6 +418,7 @@ func orchestrate(args []string) (bool, error) {
 	writeCtx, stopWriting := context.WithTimeout(ctx, o.dur)
 	defer stopWriting()
 	saves := &saveStats{}
+	spst := &spStats{}
 	// The host's faults.
 	h := &host{o: o.host, kind: dbase.kind, db: db, q: q, led: led}
 	if dbase.kind == sqliteDB {
@@ -413,7 +442,7 @@ func orchestrate(args []string) (bool, error) {
 	var ww sync.WaitGroup
 	for w := range o.writers {
 		mine := accs[w*len(accs)/o.writers : (w+1)*len(accs)/o.writers]
-		ww.Go(func() { writer(writeCtx, db, mine, led, f, saves, o) })
+		ww.Go(func() { writer(writeCtx, db, w, mine, led, f, saves, spst, o) })
 	}
 
 	opCtx, stopOperator := context.WithTimeout(writeCtx, o.dur*2/5)
@@ -435,6 +464,14 @@ func orchestrate(args []string) (bool, error) {
 		bg.Go(func() { f.refusalLoop(writeCtx, o.refuseEvery) })
 	}
 	bg.Go(func() { f.poisonLoop(writeCtx, o.poison, o.dur/time.Duration(o.outages+2)) })
+	if sf != nil {
+		bg.Go(func() { sf.sample(writeCtx) })
+		bg.Go(func() {
+			if sleepCtx(writeCtx, o.dur/4) {
+				sf.run(ctx, 3)
+			}
+		})
+	}
 	faultsDone := make(chan struct{})
 	go func() {
 		defer close(faultsDone)
@@ -504,6 +541,13 @@ func orchestrate(args []string) (bool, error) {
 	ww.Wait()
 	<-faultsDone
 	faultsStopped := time.Now()
+	var riskFrom, riskTo time.Time
+	if sf != nil {
+		// The operator started afresh at 1/4 of the run: the events at
+		// risk are known (a poisoned one among them may be lost: it
+		// cannot die, and is not waited for below).
+		riskFrom, riskTo = sf.markAtRisk(led, start)
+	}
 
 	// A poisoned event dies of strikes, failures that later publishes of its
 	// batch confirm; with the writers stopped nothing confirms them (the
@@ -516,14 +560,18 @@ func orchestrate(args []string) (bool, error) {
 		tctx, stop := context.WithCancel(ctx)
 		var tw sync.WaitGroup
 		light := o
-		light.writeRate, light.writers = 20, 1
-		tw.Go(func() { writer(tctx, db, accs, led, &faults{}, saves, light) })
+		light.writeRate, light.writers, light.savepoints = 20, 1, false
+		tw.Go(func() { writer(tctx, db, 0, accs, led, &faults{}, saves, spst, light) })
 		for time.Since(faultsStopped) < 30*time.Second && !poisonSettled(ctx, q, led, h.purged.Load()) {
 			time.Sleep(200 * time.Millisecond)
 		}
 		stop()
 		tw.Wait()
 		confirming = time.Since(faultsStopped)
+	}
+	if o.savepoints {
+		// Events a ROLLBACK TO left pending on accounts not saved since.
+		flushCarried(db, accs, led, spst)
 	}
 	lastWrite := time.Now()
 
@@ -534,7 +582,7 @@ func orchestrate(args []string) (bool, error) {
 	drained := false
 	for time.Since(lastWrite) < 30*time.Second {
 		st, err := mon.Stats(ctx)
-		applied := countApplied(q)
+		applied := countApplied(q) + unappliedAtRisk(q, led) // the lost are allowed among them
 		if err == nil && st.Pending == 0 && applied >= int64(want) {
 			drained = true
 			break
@@ -576,7 +624,7 @@ func orchestrate(args []string) (bool, error) {
 		mode, unorderedViolations, v.violations = "unordered", v.violations, 0
 	}
 	h.settleSaves(saves)
-	ok := v.ok() && drained && h.savesOK(saves) && h.deathsOK()
+	ok := v.ok() && drained && h.savesOK(saves) && h.deathsOK() && (sf == nil || sf.ok())
 	brokerName := "NATS JetStream"
 	switch brokerKind(o.broker) {
 	case "kafka":
@@ -599,6 +647,13 @@ func orchestrate(args []string) (bool, error) {
 		pace = fmt.Sprintf("at most %d transactions/s together", o.writeRate)
 	}
 	row("writers", fmt.Sprintf("%d, %s", o.writers, pace))
+	if o.savepoints {
+		row("raw savepoints (-savepoints), transactions committed: resaved after ROLLBACK TO, left pending by one, released, rolled back to after the save",
+			fmt.Sprintf("%d, %d, %d, %d (through PrepareStmt: %d)", spst.shapes[spResave].Load(), spst.shapes[spCarry].Load(),
+				spst.shapes[spKept].Load(), spst.shapes[spAfter].Load(), spst.prepared.Load()))
+		row("events a ROLLBACK TO left pending, committed by a later save (accounts saved once more at the end)",
+			fmt.Sprintf("%d (%d)", spst.carriedIn.Load(), spst.flushed.Load()))
+	}
 	row("events committed", committed)
 	row("events rolled back (must never be seen)", len(led.rolledBack))
 	row("writer errors (outcome unknown, not counted)", led.writeErrs)
@@ -637,6 +692,9 @@ func orchestrate(args []string) (bool, error) {
 	if v.purgedPoison != 0 {
 		row("poisoned events purged by the operator", v.purgedPoison)
 	}
+	if sf != nil {
+		sf.rows(row, v, start, riskFrom, riskTo)
+	}
 	h.rows(row, saves)
 	if confirming > 0 {
 		row("light traffic after the faults, until the poisoned died (20 saves/s; at most 30s)", fmt.Sprintf("%.1fs", confirming.Seconds()))
@@ -660,8 +718,16 @@ func orchestrate(args []string) (bool, error) {
 // them rolled back, a poisoned event when the faults owe one, slowly during
 // a refusal window, until ctx is done; with a rate, the writers together
 // begin at most rate transactions a second.
-func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *faults, saves *saveStats, o options) {
+//
+// With -savepoints (spst), a third of its transactions set a savepoint with
+// raw SQL and roll back to it (savepointTx); writers of odd number w run
+// theirs through a PrepareStmt session.
+func writer(ctx context.Context, db *gorm.DB, w int, mine []*Account, led *ledger, f *faults, saves *saveStats, spst *spStats, o options) {
 	rate, writers := o.writeRate, o.writers
+	tdb, sp := db, spellings(o.db)
+	if o.savepoints && w%2 == 1 {
+		tdb = db.Session(&gorm.Session{PrepareStmt: true})
+	}
 	var (
 		every time.Duration // this writer's share of the rate
 		next  = time.Now()
@@ -696,9 +762,16 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 		recs := a.Records()
 		ids := []string{recs[len(recs)-1].ID.String()}
 		rollback := !poison && rand.IntN(10) == 0
+		// -savepoints: a third of the transactions set one (never with a
+		// poisoned event: its bookkeeping stays simple).
+		shape := spNoSavepoint
+		if o.savepoints && !poison && rand.IntN(3) == 0 {
+			shape = spShape(1 + rand.IntN(4))
+		}
+		carried := a.carried
 		began := time.Now()
-		err := db.Transaction(func(tx *gorm.DB) error {
-			if err := tx.Save(a).Error; err != nil {
+		err := tdb.Transaction(func(tx *gorm.DB) error {
+			if err := savepointTx(tx, a, shape, sp); err != nil {
 				return err
 			}
 			if rollback {
@@ -707,6 +780,27 @@ func writer(ctx context.Context, db *gorm.DB, mine []*Account, led *ledger, f *f
 			return nil
 		})
 		saves.add(began, time.Since(began), o.host.slowSave)
+		if err == nil && shape == spCarry {
+			// Committed, but the ROLLBACK TO undid the account's save: its
+			// events, those it carried too, stay pending on it.
+			a.carried = append(slices.Clone(carried), ids...)
+			spst.shapes[shape].Add(1)
+			if tdb != db {
+				spst.prepared.Add(1)
+			}
+			continue
+		}
+		led.bookCarried(carried, err)
+		a.carried = nil
+		if err == nil {
+			spst.carriedIn.Add(int64(len(carried)))
+			if shape != spNoSavepoint {
+				spst.shapes[shape].Add(1)
+				if tdb != db {
+					spst.prepared.Add(1)
+				}
+			}
+		}
 		if !led.record(ids, err, poison) {
 			if poison {
 				f.poisonDue.Add(1) // owed still
@@ -747,8 +841,14 @@ func poisonSettled(ctx context.Context, q *gorm.DB, led *ledger, purged int64) b
 	led.mu.Lock()
 	defer led.mu.Unlock()
 	alive := int64(len(led.poisoned))
+	for id := range led.poisoned {
+		if _, risk := led.atRisk[id]; risk {
+			alive-- // may be lost with a dropped slot (-drop-slot): judged as at risk
+		}
+	}
 	for _, d := range deadEvs {
-		if _, ok := led.poisoned[d.ID]; ok {
+		_, risk := led.atRisk[d.ID]
+		if _, ok := led.poisoned[d.ID]; ok && !risk {
 			alive--
 		}
 	}
@@ -763,6 +863,7 @@ type verdict struct {
 	purgedPoison                                        int     // poisoned, dead, and purged by the operator
 	slowestDeath                                        float64 // seconds from commit (or the last requeue: it resets created_at) to death, at most
 	mostAttempts                                        int     // of a dead event
+	atRisk, lostAtRisk                                  int     // -drop-slot: committed events at risk, and those of them lost (allowed)
 }
 
 func (v verdict) ok() bool {
@@ -798,10 +899,19 @@ func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged
 	defer led.mu.Unlock()
 	for id := range led.committed {
 		_, poisoned := led.poisoned[id]
+		_, risk := led.atRisk[id]
+		if risk {
+			v.atRisk++
+		}
 		switch n := effects[id]; {
 		case poisoned && (n > 0 || obs.sawID(id)):
 			v.poisonSeen++
 		case poisoned:
+		case n == 0 && risk:
+			v.lostAtRisk++
+			if v.lostAtRisk <= 20 {
+				fmt.Fprintf(os.Stderr, "chaos: lost at risk %s (in the streams: %v)\n", id, obs.sawID(id))
+			}
 		case n == 0:
 			v.lost++
 			if v.lost <= 10 { // the first few, with where they got to
@@ -829,6 +939,10 @@ func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged
 		}
 	}
 	for id := range led.poisoned {
+		if _, risk := led.atRisk[id]; risk && dead[id] == 0 && effects[id] == 0 && !obs.sawID(id) {
+			v.lostAtRisk++ // lost with the slot: it cannot die
+			continue
+		}
 		if dead[id] == 0 {
 			var n int64
 			if purged > 0 && q.Raw(`SELECT count(*) FROM outbox_messages WHERE id = ?`, id).Row().Scan(&n) == nil && n == 0 {

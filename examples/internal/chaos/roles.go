@@ -37,6 +37,10 @@ type Account struct {
 	ID      uuid.UUID `gorm:"type:uuid;primaryKey"`
 	Version int
 	aggregate.Root
+	// carried are the events of the account a ROLLBACK TO undid in a
+	// transaction that committed (-savepoints): pending on it still, they
+	// commit with its next save (outboxhook writes them then).
+	carried []string
 }
 
 // Deposited is the chaos run's event.
