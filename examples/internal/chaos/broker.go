@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -169,6 +170,12 @@ type kafkaBroker struct {
 	c    *kfake.Cluster
 	addr string
 	down atomic.Bool
+	// limit is the topics' max.message.bytes (-small-batch-limit; 0: the
+	// default); the produce requests' batches are measured against it.
+	limit       atomic.Int64
+	batches     atomic.Int64 // record batches produced
+	overLimit   atomic.Int64 // of them, larger than limit (the broker refuses them)
+	largestLone atomic.Int64 // the largest batch of one record, in bytes
 }
 
 // kafkaPartitions is how many partitions each topic has.
@@ -186,14 +193,61 @@ func startKafka(topics []string) (*kafkaBroker, error) {
 		return nil, fmt.Errorf("chaos: kfake: %w", err)
 	}
 	b := &kafkaBroker{c: c, addr: c.ListenAddrs()[0]}
-	c.Control(func(kmsg.Request) (kmsg.Response, error, bool) {
+	c.Control(func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		if b.down.Load() {
 			return nil, errors.New("chaos: broker down"), true // closes the connection
 		}
+		if p, ok := req.(*kmsg.ProduceRequest); ok {
+			b.measure(p)
+		}
 		return nil, nil, false
 	})
 	return b, nil
+}
+
+// measure counts a produce request's record batches, those over the limit,
+// and the largest batch of one record.
+func (b *kafkaBroker) measure(req *kmsg.ProduceRequest) {
+	for _, t := range req.Topics {
+		for _, p := range t.Partitions {
+			n := int64(len(p.Records))
+			b.batches.Add(1)
+			if l := b.limit.Load(); l > 0 && n > l {
+				b.overLimit.Add(1)
+			}
+			var rb kmsg.RecordBatch
+			if rb.ReadFrom(p.Records) == nil && rb.NumRecords == 1 && n > b.largestLone.Load() {
+				b.largestLone.Store(n)
+			}
+		}
+	}
+}
+
+// setLimit sets the topics' max.message.bytes (-small-batch-limit).
+func (b *kafkaBroker) setLimit(topics []string, limit int) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.addr))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v := strconv.Itoa(limit)
+	resp, err := kadm.NewClient(cl).AlterTopicConfigs(ctx, []kadm.AlterConfig{{Op: kadm.SetConfig, Name: "max.message.bytes", Value: &v}}, topics...)
+	if err == nil {
+		for _, r := range resp {
+			if r.Err != nil {
+				err = fmt.Errorf("chaos: max.message.bytes of %s: %w (%s)", r.Name, r.Err, r.ErrMessage)
+				break
+			}
+		}
+	}
+	if err != nil {
+		return err
+	}
+	b.limit.Store(int64(limit))
+	return nil
 }
 
 func (b *kafkaBroker) URL() string  { return b.addr }

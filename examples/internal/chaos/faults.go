@@ -107,6 +107,8 @@ type faults struct {
 	burstStats     []string  // per outage: the burst's messages streamed and events unmarked at the stop
 	bursts         spans     // when the bursts' transactions were open
 	outageAt       time.Time // when the first outage's burst began
+	fillStat       string    // -fill-stream: what the full streams held back
+	filled         bool      // -fill-stream: a stream was full (the fault was felt)
 }
 
 // spans are time intervals, safe for concurrent use.

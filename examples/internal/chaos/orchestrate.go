@@ -247,6 +247,11 @@ func orchestrate(args []string) (bool, error) {
 		return false, err
 	}
 	defer brk.Close()
+	if o.smallBatchLimit > 0 {
+		if err := brk.(*kafkaBroker).setLimit(topics, o.smallBatchLimit); err != nil {
+			return false, err
+		}
+	}
 	dbase, err := setup(o.db, o.dbServer, tmp)
 	if err != nil {
 		return false, err
@@ -464,6 +469,13 @@ func orchestrate(args []string) (bool, error) {
 		bg.Go(func() { f.refusalLoop(writeCtx, o.refuseEvery) })
 	}
 	bg.Go(func() { f.poisonLoop(writeCtx, o.poison, o.dur/time.Duration(o.outages+2)) })
+	if o.fillStream {
+		bg.Go(func() {
+			if sleepCtx(writeCtx, o.dur/2) {
+				f.fillStreams()
+			}
+		})
+	}
 	if sf != nil {
 		bg.Go(func() { sf.sample(writeCtx) })
 		bg.Go(func() {
@@ -624,7 +636,12 @@ func orchestrate(args []string) (bool, error) {
 		mode, unorderedViolations, v.violations = "unordered", v.violations, 0
 	}
 	h.settleSaves(saves)
-	ok := v.ok() && drained && h.savesOK(saves) && h.deathsOK() && (sf == nil || sf.ok())
+	ok := v.ok() && drained && h.savesOK(saves) && h.deathsOK() && (sf == nil || sf.ok()) && (!o.fillStream || f.filled)
+	kb, _ := brk.(*kafkaBroker)
+	if o.smallBatchLimit > 0 {
+		// The fault must have been felt, and a lone event must fit.
+		ok = ok && kb.overLimit.Load() > 0 && kb.largestLone.Load() <= int64(o.smallBatchLimit)
+	}
 	brokerName := "NATS JetStream"
 	switch brokerKind(o.broker) {
 	case "kafka":
@@ -694,6 +711,14 @@ func orchestrate(args []string) (bool, error) {
 	}
 	if sf != nil {
 		sf.rows(row, v, start, riskFrom, riskTo)
+	}
+	if o.fillStream {
+		row(fmt.Sprintf("streams full (-fill-stream: MaxMsgs %d over what they held, DiscardNew) for %v under a burst of %d, at 1/2 of the run; nothing may die",
+			fillRoom, fillFor, o.burstAccounts*o.burstEvents), f.fillStat)
+	}
+	if o.smallBatchLimit > 0 {
+		row(fmt.Sprintf("topics' max.message.bytes %d (-small-batch-limit): record batches produced, over the limit (refused as too large: must be > 0), largest batch of one record (must fit)",
+			o.smallBatchLimit), fmt.Sprintf("%d, %d, %d bytes", kb.batches.Load(), kb.overLimit.Load(), kb.largestLone.Load()))
 	}
 	h.rows(row, saves)
 	if confirming > 0 {
