@@ -58,6 +58,16 @@ type Config struct {
 	// DefaultMaxInFlight (1024).
 	MaxInFlight int
 
+	// MaxMessageSize is the largest body RabbitMQ takes: its
+	// max_message_size (128 MiB by default in RabbitMQ 3.8 to 3.13, 16 MiB
+	// in 4.0 and later). A larger message is refused alone (ErrTooLarge,
+	// wrapping relay.ErrRejected) before it is sent: sent, RabbitMQ would
+	// close the call's channel, failing its neighbours too. Defaults to 0:
+	// learned from the first channel RabbitMQ closes for a larger message
+	// (its neighbours in that call fail once, as an outage; the larger one
+	// is refused).
+	MaxMessageSize int
+
 	// DialTimeout bounds dialing and the AMQP handshake. Defaults to 10s.
 	DialTimeout time.Duration
 
@@ -107,6 +117,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("MaxInFlight is %d, below 0", c.MaxInFlight))
+	}
+	if c.MaxMessageSize < 0 {
+		errs = append(errs, fmt.Errorf("MaxMessageSize is %d, below 0", c.MaxMessageSize))
+	}
+	if len(c.UUIDHeader) > shortstrMax {
+		errs = append(errs, fmt.Errorf("UUIDHeader is %d bytes, over AMQP's %d", len(c.UUIDHeader), shortstrMax))
 	}
 	if c.DialTimeout < 0 {
 		errs = append(errs, fmt.Errorf("DialTimeout is %v, below 0", c.DialTimeout))

@@ -10,13 +10,52 @@
 // delivery tag (PublishWithDeferredConfirm). A message is a success only when
 // RabbitMQ confirmed it (basic.ack) and did not return it: every message is
 // published mandatory, and one RabbitMQ cannot route to any queue comes back
-// (basic.return, before its ack) and fails with ErrReturned; a nack fails
+// (basic.return, before its ack) and fails with ErrReturned (retried: see
+// "Whose fault a failure is"); a nack fails
 // with ErrNacked; a channel or connection closed before the confirm fails the
 // unconfirmed messages with ErrChannelClosed; the end of the call's context
 // fails those still unconfirmed. One message's failure does not fail the
 // others: the relay marks the confirmed ones published and retries exactly
 // the failed ones. The next call after a closed channel or connection opens
 // or dials again.
+//
+// # Whose fault a failure is
+//
+// A failed message is either its own refusal, which no retry changes (its
+// error wraps relay.ErrRejected: the relay counts a strike at once, and the
+// event dies after MaxAttempts), or the broker's condition, which an
+// operator or time fixes for every message alike (a plain error: retried,
+// it kills nothing). One function, classify, decides it for every message,
+// by this table (TestContract runs each row against RabbitMQ):
+//
+//	Condition                       Broker's answer                                  Herald
+//	too large alone (headers)       none: headers over the connection's frame_max    refused before it is sent
+//	                                (a content header is one frame)                  (ErrUnframable)
+//	too large alone (body)          none when known (Config.MaxMessageSize, or       refused before it is sent
+//	                                learned); else the channel closed, 406           (ErrTooLarge); the first time,
+//	                                PRECONDITION_FAILED "message size N is larger    the call's later messages fail
+//	                                than configured max size M"                      with the channel: outage
+//	too large as a batch            none: each message is published alone           -
+//	bad header                      none: a header name over 255 bytes, a value      refused before it is sent
+//	                                of no AMQP field type                            (ErrUnframable)
+//	bad routing key / exchange      none: over 255 bytes (a short string)            refused before it is sent
+//	                                                                                 (ErrUnframable)
+//	full queue                      basic.nack (x-overflow reject-publish)           outage (ErrNacked)
+//	unroutable                      basic.return 312 NO_ROUTE (no queue bound)       outage (ErrReturned)
+//	exchange missing                the channel closed, 404 NOT_FOUND (NoDeclare)    outage (ErrChannelClosed)
+//	permission denied               the channel closed, 403 ACCESS_REFUSED           outage (ErrChannelClosed)
+//	timeout                         none within the call's context                   outage (the context's error)
+//	connection lost                 the connection closed, or no dial                outage (ErrChannelClosed, dial error)
+//	anything else                   any other error                                  outage
+//
+// A message AMQP cannot frame is refused before anything of it is written:
+// a connection's frames are one stream, and amqp091 fails a frame in the
+// middle of writing it, which closes the connection under every message of
+// every call on it, the ones sent before it included, at every retry. A
+// full queue nacks every message, no queue bound returns every message, a
+// missing exchange or a permission closes the channel for every message:
+// the topology's condition, which an operator's fix (a consumer catching up,
+// a queue bound, a permission granted) publishes all at once.
 //
 // # Order
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
@@ -20,16 +21,29 @@ var (
 	// internal error).
 	ErrNacked = errors.New("amqp: nacked by the broker")
 	// ErrReturned is a message RabbitMQ returned (basic.return): no queue was
-	// bound for it, so it was not stored. It comes wrapped with
-	// relay.ErrRejected: the broker refused that message, and the relay
-	// counts the failure as a strike at once (a nack, ErrNacked, is not: a
-	// full queue nacks every message, not one).
+	// bound for it, so it was not stored. It is the topology's condition, not
+	// the message's: every message to an exchange no queue is bound to comes
+	// back, and binding the queue publishes them all. It does not wrap
+	// relay.ErrRejected (see "Whose fault a failure is" in the package
+	// documentation).
 	ErrReturned = errors.New("amqp: returned unroutable by the broker")
 	// ErrChannelClosed is a message whose channel or connection closed before
 	// its confirm arrived: RabbitMQ may or may not hold it.
 	ErrChannelClosed = errors.New("amqp: channel closed before the confirm")
 	// ErrClosed is a call on a closed Publisher.
 	ErrClosed = errors.New("amqp: publisher closed")
+	// ErrTooLarge is a message whose body is larger than the broker takes
+	// (RabbitMQ's max_message_size: Config.MaxMessageSize, or the size
+	// RabbitMQ stated when it closed a channel for a larger message). It is
+	// refused before it is sent, and comes wrapped with relay.ErrRejected.
+	ErrTooLarge = errors.New("amqp: message larger than the broker takes")
+	// ErrUnframable is a message AMQP 0-9-1 cannot carry: a header name,
+	// exchange name or routing key over 255 bytes (a short string), a header
+	// value of a type the protocol has no field for, or headers too large for
+	// one frame (the content header is never split). It is refused before
+	// anything of it is written to the connection, and comes wrapped with
+	// relay.ErrRejected.
+	ErrUnframable = errors.New("amqp: the message cannot be framed")
 )
 
 var _ relay.BatchPublisher = (*Publisher)(nil)
@@ -46,6 +60,9 @@ type Publisher struct {
 	cfg    Config
 	log    *slog.Logger
 	tokens chan struct{} // one per publish awaiting its confirm (MaxInFlight)
+	// learned is the broker's max_message_size, learned from a channel it
+	// closed for a larger message (0: not yet).
+	learned atomic.Int64
 
 	mu     sync.Mutex
 	closed bool
@@ -94,24 +111,29 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // MaxInFlight unconfirmed), and returns one error per message, in the order
 // of msgs: nil when RabbitMQ confirmed it (basic.ack) without returning it;
 // ErrNacked, ErrReturned or ErrChannelClosed (wrapped) when not; the
-// context's error, wrapped, for a message unconfirmed when ctx ended. Every
-// message is published mandatory, so an unroutable one is a failure. One
-// message's failure does not fail the others. It implements
-// relay.BatchPublisher.
+// context's error, wrapped, for a message unconfirmed when ctx ended;
+// ErrUnframable, wrapping relay.ErrRejected, for a message AMQP cannot
+// carry, which is never sent. Every message is published mandatory, so an
+// unroutable one is a failure. One message's failure does not fail the
+// others. It implements relay.BatchPublisher.
 func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {
 		return errs
 	}
-	c, err := p.channel()
-	if err != nil {
-		fill(errs, err)
+	exchange := p.cfg.Exchange(topic)
+	if err := checkExchange(exchange); err != nil {
+		fill(errs, classify(err)) // not even declared: the name cannot be framed
 		return errs
 	}
-	exchange := p.cfg.Exchange(topic)
+	c, err := p.channel()
+	if err != nil {
+		fill(errs, classify(err))
+		return errs
+	}
 	if err := p.declare(c, exchange); err != nil {
 		p.discard(c)
-		fill(errs, err)
+		fill(errs, classify(err))
 		return errs
 	}
 	switch p.run(ctx, c, exchange, topic, msgs, errs) {
@@ -224,13 +246,13 @@ func (p *Publisher) run(ctx context.Context, c *channel, exchange, topic string,
 		}
 		switch {
 		case o.returned != nil:
-			errs[o.idx] = fmt.Errorf("%w: %w: exchange %q routing key %q: %d %s", relay.ErrRejected, ErrReturned, o.returned.Exchange, o.returned.RoutingKey, o.returned.ReplyCode, o.returned.ReplyText)
+			errs[o.idx] = classify(fmt.Errorf("%w: exchange %q routing key %q: %d %s", ErrReturned, o.returned.Exchange, o.returned.RoutingKey, o.returned.ReplyCode, o.returned.ReplyText))
 		case o.dc.Acked():
 			errs[o.idx] = nil
 		case c.ch.IsClosed():
-			errs[o.idx] = p.closedErr(c)
+			errs[o.idx] = classify(p.closedFor(c, msgs[o.idx]))
 		default:
-			errs[o.idx] = fmt.Errorf("%w: exchange %q", ErrNacked, exchange)
+			errs[o.idx] = classify(fmt.Errorf("%w: exchange %q", ErrNacked, exchange))
 		}
 	}
 	publish := func() {
@@ -238,7 +260,13 @@ func (p *Publisher) run(ctx context.Context, c *channel, exchange, topic string,
 		i := next
 		next++
 		msg := msgs[i]
-		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, p.cfg.RoutingKey(topic, msg), true, false, p.marshal(msg))
+		key, pub := p.cfg.RoutingKey(topic, msg), p.marshal(msg)
+		if err := checkFrames(exchange, key, pub, c.conn.conn.Config.FrameSize, p.maxBody()); err != nil {
+			<-p.tokens
+			errs[i] = classify(fmt.Errorf("amqp: message %s: %w", msg.UUID, err))
+			return
+		}
+		dc, err := c.ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, true, false, pub)
 		if err != nil || dc == nil {
 			<-p.tokens
 			if err == nil {
@@ -248,12 +276,12 @@ func (p *Publisher) run(ctx context.Context, c *channel, exchange, topic string,
 				// This message and the rest of the call fail at once.
 				closed = true
 				for ; i < len(msgs); i++ {
-					errs[i] = p.closedErr(c)
+					errs[i] = classify(p.closedFor(c, msgs[i]))
 				}
 				next = len(msgs)
 				return
 			}
-			errs[i] = fmt.Errorf("amqp: publish to %q: %w", exchange, err)
+			errs[i] = classify(fmt.Errorf("amqp: publish to %q: %w", exchange, err))
 			return
 		}
 		o := &outstanding{idx: i, dc: dc}
@@ -283,7 +311,7 @@ func (p *Publisher) run(ctx context.Context, c *channel, exchange, topic string,
 			drain()
 			settle(window[0])
 		case <-ctx.Done():
-			err := fmt.Errorf("amqp: publish to %q: %w", exchange, ctx.Err())
+			err := classify(fmt.Errorf("amqp: publish to %q: %w", exchange, ctx.Err()))
 			for _, o := range window {
 				<-p.tokens
 				errs[o.idx] = err
