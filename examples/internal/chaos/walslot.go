@@ -38,6 +38,8 @@ type slotFault struct {
 	stops      atomic.Int64 // relay exits with ErrSlot while the slot was lost
 	unexpected atomic.Int64 // relay exits with ErrSlot at other times
 	remade     bool         // a slot of that name existed again before the operator made it
+	stopped    int64        // relay processes stopped with ErrSlot when the operator made it
+	relays     int64        // relay processes of the run
 	dropErr    error
 	rec        walrelay.Recreated
 	recErr     error
@@ -122,6 +124,7 @@ func (s *slotFault) run(ctx context.Context, relays int) {
 	var n int64
 	_ = s.q.Raw(`SELECT count(*) FROM pg_replication_slots WHERE slot_name = ?`, walConfig(s.ordered).Slot).Row().Scan(&n)
 	s.remade = n > 0
+	s.stopped, s.relays = s.held.Load(), int64(relays)
 	s.waited = time.Since(s.droppedAt)
 	rec, err := walrelay.RecreateSlot(ctx, s.dsn, walConfig(s.ordered))
 	s.mu.Lock()
@@ -182,11 +185,12 @@ func (s *slotFault) markAtRisk(led *ledger, runStart time.Time) (from, to time.T
 	return from, to
 }
 
-// ok reports whether the relays behaved: at least one stopped with ErrSlot
-// (the one streaming), none at another time, none made the slot again, and
+// ok reports whether the relays behaved: every relay process stopped with
+// ErrSlot (the one streaming and those waiting to take over), none at
+// another time, none made the slot again, and
 // the operator's start afresh worked.
 func (s *slotFault) ok() bool {
-	return s.dropErr == nil && s.stops.Load() > 0 && s.unexpected.Load() == 0 && !s.remade && s.recErr == nil && s.rec.Created && s.rec.Lost
+	return s.dropErr == nil && s.stopped == s.relays && s.unexpected.Load() == 0 && !s.remade && s.recErr == nil && s.rec.Created && s.rec.Lost
 }
 
 // parseLSN reads a pg_lsn's text, "16/B374D848".
@@ -226,8 +230,8 @@ func unappliedAtRisk(q *gorm.DB, led *ledger) int64 {
 
 // rows prints the slot fault's rows of the table.
 func (s *slotFault) rows(row func(string, any), v verdict, start, from, to time.Time) {
-	relays := fmt.Sprintf("%d relay exits with ErrSlot while it was lost (%d at other times: must be 0); a relay made it again: %v; dropped at %.1fs",
-		s.stops.Load(), s.unexpected.Load(), s.remade, s.droppedAt.Sub(start).Seconds())
+	relays := fmt.Sprintf("%d of %d relay processes stopped when the operator came (%d exits with ErrSlot while it was lost, %d at other times: must be 0); a relay made it again: %v; dropped at %.1fs",
+		s.stopped, s.relays, s.stops.Load(), s.unexpected.Load(), s.remade, s.droppedAt.Sub(start).Seconds())
 	if s.dropErr != nil {
 		relays = "not dropped: " + s.dropErr.Error()
 	}
