@@ -23,9 +23,13 @@
 //
 // With nothing set it needs no server at all: an SQLite file in a temporary
 // directory, removed at the end. DATABASE_URL switches the database:
-// postgres://user@host:port/db works in a schema of its own, herald_example,
-// recreated on each run; mysql://user:password@host:port/db (MySQL 8 or
-// MariaDB) in a database of its own, herald_example, recreated on each run.
+// postgres://user@host:port/db works in a schema of its own, herald_example;
+// mysql://user:password@host:port/db (MySQL 8 or MariaDB) in a database of
+// its own, herald_example. That schema or database is DROPPED and recreated
+// on each run, and the run says so first. A run marks what it creates (a
+// table herald_example_owner in it) and refuses to drop a schema or database
+// of that name it did not create (one that holds tables but no mark): pick
+// another -schema, or drop it yourself.
 //
 // -storage wal (PostgreSQL with wal_level=logical, a role with the
 // REPLICATION right) keeps the events in the WAL instead of the outbox table
@@ -145,11 +149,17 @@ func run(ctx context.Context, n int, broker, storage, dbURL, schema string) erro
 	if storage != "table" && storage != "wal" {
 		return fmt.Errorf("unknown -storage %q: table or wal", storage)
 	}
+	if err := claimSchema(ctx, dbURL, schema); err != nil {
+		return err
+	}
 	db, where, closeDB, err := exampledb.Open(ctx, dbURL, schema)
 	if err != nil {
 		return err
 	}
 	defer closeDB()
+	if err := markSchema(db); err != nil {
+		return err
+	}
 	if storage == "wal" && db.Name() != "postgres" {
 		return errors.New("-storage wal needs PostgreSQL (DATABASE_URL=postgres://...) at wal_level=logical")
 	}
