@@ -7,7 +7,7 @@
 // removed at the end, and Watermill's GoChannel. DATABASE_URL switches the
 // database, as for examples/orders: postgres://user@host:port/db in a schema of
 // its own, herald_signup, or mysql://user:password@host:port/db in a database
-// of its own, herald_signup, recreated on each run.
+// of its own, herald_signup, DROPPED and recreated on each run (it says so).
 package main
 
 import (
@@ -50,6 +50,9 @@ func main() {
 }
 
 func run(ctx context.Context, dbURL, schema string) error {
+	if dbURL != "" {
+		fmt.Printf("DROPPING the schema (PostgreSQL) or database (MySQL) %s, if there, and creating it afresh: it is this example's own\n", schema)
+	}
 	db, where, closeDB, err := exampledb.Open(ctx, dbURL, schema)
 	if err != nil {
 		return err
