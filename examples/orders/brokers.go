@@ -182,9 +182,9 @@ func deleteNATSStreams(ctx context.Context, url string, streams []string) error 
 // RabbitMQ confirmed it and did not return it. Its defaults are
 // watermill-amqp's durable pub/sub topology: a durable fanout exchange named
 // after the topic, declared on first use, an empty routing key. A message no
-// queue is bound for is returned and fails (relay.ErrRejected: retried, then
-// dead-lettered): start the consumers, whose subscribers declare and bind
-// their queues, before the relay publishes.
+// queue is bound for is returned and fails as an outage (retried until a queue
+// is bound; it never dies of it): start the consumers, whose subscribers
+// declare and bind their queues, before the relay publishes.
 func amqpPublisher(url string) (*amqp.Publisher, error) {
 	return amqp.New(amqp.Config{URL: url, Logger: quiet})
 }
