@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	"github.com/ThreeDotsLabs/watermill/message"
+	amqp091 "github.com/rabbitmq/amqp091-go"
 
 	"github.com/heraldgo/herald/publishers/amqp"
 )
@@ -23,7 +24,7 @@ func Example() {
 		url = v
 	}
 	topic := fmt.Sprintf("herald_example_%d_%d", os.Getpid(), time.Now().UnixNano())
-	defer cleanup(topic, topic+"_example")
+	defer deleteTopology(url, topic, topic+"_example")
 
 	sub, err := wmamqp.NewSubscriber(wmamqp.NewDurablePubSubConfig(url, wmamqp.GenerateQueueNameTopicNameWithSuffix("example")), watermill.NopLogger{})
 	if err != nil {
@@ -54,4 +55,19 @@ func Example() {
 	// Output:
 	// confirmed: true
 	// true account.deposited {"amount":10}
+}
+
+// deleteTopology deletes the example's queue and exchange.
+func deleteTopology(url, exchange, queue string) {
+	conn, err := amqp091.Dial(url)
+	if err != nil {
+		return
+	}
+	defer func() { _ = conn.Close() }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	_, _ = ch.QueueDelete(queue, false, false, false)
+	_ = ch.ExchangeDelete(exchange, false, false)
 }

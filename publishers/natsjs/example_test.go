@@ -6,16 +6,20 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/google/uuid"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+	_ "modernc.org/sqlite"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/publishers/natsjs"
 	"github.com/heraldgo/herald/relay"
@@ -42,15 +46,21 @@ func Example() {
 		log.Fatal(err)
 	}
 	defer func() { _ = os.RemoveAll(dir) }()
-	// gorm.Open(postgres.Open(dsn), &gorm.Config{}) in an application.
-	db, err := testkit.OpenSQLite(testkit.SQLiteDSN(filepath.Join(dir, "app.db")), &gorm.Config{Logger: logger.Discard})
+	url := "nats://127.0.0.1:4222"
+	if v := os.Getenv("HERALD_TEST_NATS_URL"); v != "" {
+		url = v
+	}
+	// gorm.Open(postgres.Open(dsn), &gorm.Config{}) in an application. On
+	// SQLite Herald needs WAL, immediate write transactions and a busy timeout.
+	dsn := "file:" + filepath.Join(dir, "app.db") + "?_txlock=immediate&_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+	db, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		log.Fatal(err)
 	}
 	const topic = "herald_natsjs_example_orders" // the stream's name and subject
-	defer deleteStreams(topic)
+	defer deleteStream(url, topic)
 
-	pub, err := natsjs.New(natsjs.Config{URL: natsURL(), AutoProvision: true})
+	pub, err := natsjs.New(natsjs.Config{URL: url, AutoProvision: true})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -67,7 +77,13 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	sub, err := wmnats.NewSubscriber(subscriberConfig("herald_natsjs_example"), watermill.NopLogger{})
+	// The consumer's subscriber (docs/brokers.md, "Consuming what Herald publishes").
+	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
+		URL: url, QueueGroupPrefix: "herald_natsjs_example", SubscribersCount: 1,
+		AckWaitTimeout: 30 * time.Second, CloseTimeout: 5 * time.Second, Unmarshaler: &wmnats.NATSMarshaler{},
+		JetStream: wmnats.JetStreamConfig{AutoProvision: true, DurablePrefix: "herald_natsjs_example",
+			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck(), nats.AckWait(30 * time.Second)}},
+	}, watermill.NopLogger{})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -97,4 +113,16 @@ func Example() {
 	cancel()
 	<-done
 	// Output: order.placed true
+}
+
+// deleteStream deletes the example's stream (and its consumers).
+func deleteStream(url, name string) {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return
+	}
+	defer nc.Close()
+	if js, err := jetstream.New(nc); err == nil {
+		_ = js.DeleteStream(context.Background(), name)
+	}
 }
