@@ -16,24 +16,21 @@ import (
 	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
+	"github.com/heraldgo/herald/publish"
 )
 
 // Errors a publish can fail with, recorded in last_error.
 var (
-	// ErrPublishTimeout is a Publish call that did not return within PublishTimeout.
-	ErrPublishTimeout = errors.New("relay: publish timed out")
-	// ErrPublisherPanic is a Publish call that panicked.
-	ErrPublisherPanic = errors.New("relay: publisher panicked")
+	// ErrPublishTimeout is [publish.ErrPublishTimeout].
+	ErrPublishTimeout = publish.ErrPublishTimeout
+	// ErrPublisherPanic is [publish.ErrPublisherPanic].
+	ErrPublisherPanic = publish.ErrPublisherPanic
 	// ErrUndecodable is a row whose id or metadata cannot be read; it goes dead
 	// at once, since no retry can fix it.
 	ErrUndecodable = errors.New("relay: stored event cannot be decoded")
-	// ErrRejected is what a publisher's error for one message wraps when the
-	// broker answered and refused that message (too large, refused by the
-	// stream's rules): the broker works, so the failure is the message's
-	// own and counts as a strike at once, without the evidence of a later
-	// call (see BatchPublisher). Errors of transport (a timeout, a lost
-	// connection) must not wrap it: an outage would then kill events.
-	ErrRejected = errors.New("relay: the broker rejected the message")
+	// ErrRejected is [publish.ErrRejected]: what a publisher's error for one
+	// message wraps when the broker refused that message itself.
+	ErrRejected = publish.ErrRejected
 )
 
 // row is a claimed outbox row.
@@ -124,38 +121,12 @@ func (e *evidence) confirms(end time.Time) bool {
 	return !e.lastOK.IsZero() && !e.lastOK.Before(end)
 }
 
-// Confirmer is a source of successful publishes in this process, which
-// confirm the relay's failures (Config.Confirmer).
-type Confirmer interface {
-	// SucceededSince reports whether a publish call that began at t or
-	// later (this process's clock, monotonic) succeeded.
-	SucceededSince(t time.Time) bool
-}
+// Confirmer is [publish.Confirmer] (Config.Confirmer).
+type Confirmer = publish.Confirmer
 
-// BatchPublisher is a publisher that reports a result per message. When the
-// relay's publisher implements it, the relay calls PublishBatch instead of
-// Publish: the messages acknowledged are marked published and exactly the
-// failed ones are retried, each as the retry policy decides; the relay does
-// not, as it does with Publish, publish the messages of a failed call again
-// one by one to find the failed ones.
-//
-// A failure is confirmed (a strike, see Config.MaxAttempts) by a later call
-// of the same batch that acknowledged a message: a message acknowledged in
-// the same call confirms nothing, since the broker may have gone away in the
-// middle of the call. A publisher that sends a batch's messages in calls
-// started together (unordered mode) leaves no later call: an error that
-// wraps ErrRejected, the broker's own refusal of the message, is confirmed
-// by itself, and a message the broker always rejects dies after MaxAttempts.
-type BatchPublisher interface {
-	message.Publisher
-	// PublishBatch publishes msgs, all for topic, and returns one error per
-	// message, in the order of msgs: nil when the broker acknowledged that
-	// message. A result of another length fails every message of the call.
-	// ctx is done after PublishTimeout; the relay then counts every message
-	// of the call as failed, whatever the call returns later. Each message
-	// also carries, in its Context, the producer span it is published in.
-	PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error
-}
+// BatchPublisher is [publish.BatchPublisher]: a publisher that reports a
+// result per message, whose failed messages alone are retried.
+type BatchPublisher = publish.BatchPublisher
 
 // publish calls the publisher (PublishBatch when it is a BatchPublisher,
 // else Publish) with a timeout of PublishTimeout, turning a panic into an

@@ -19,6 +19,7 @@ import (
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/publish"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -420,7 +421,7 @@ func (c *caller) abandon() {
 func (c *caller) run(k *call) {
 	defer func() {
 		if p := recover(); p != nil {
-			fillErr(k.errs, fmt.Errorf("walrelay: publisher panicked: %v", p))
+			fillErr(k.errs, fmt.Errorf("%w: %v", publish.ErrPublisherPanic, p))
 		}
 	}()
 	if c.batch != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/publish"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -44,9 +45,8 @@ var (
 	// existed again on its own (RecreateSlot, herald wal recreate, or
 	// Config.RecreateLostSlot start afresh).
 	ErrSlot = errors.New("walrelay: replication slot unusable")
-	// ErrPublishTimeout is a Publish call that did not return within
-	// Config.PublishTimeout.
-	ErrPublishTimeout = errors.New("walrelay: publish timed out")
+	// ErrPublishTimeout is [publish.ErrPublishTimeout], as relay.ErrPublishTimeout.
+	ErrPublishTimeout = publish.ErrPublishTimeout
 )
 
 // Relay publishes the events outboxhook wrote in the WAL (StorageWAL) from

@@ -10,12 +10,12 @@ import (
 
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/publish"
 )
 
 // classify decides what a message's failed publish is, by the one rule of
 // the package documentation ("Whose fault a failure is"): the message's own
-// refusal (the error returned wraps relay.ErrRejected: a strike at once), or
+// refusal (the error returned wraps publish.ErrRejected: a strike at once), or
 // the broker's condition (a plain error: retried, it kills nothing). Only a
 // message AMQP cannot carry (ErrUnframable) or larger than the broker takes
 // (ErrTooLarge) is its own: RabbitMQ answers
@@ -28,7 +28,7 @@ func classify(err error) error {
 		return nil
 	}
 	if errors.Is(err, ErrUnframable) || errors.Is(err, ErrTooLarge) {
-		return fmt.Errorf("%w: %w", relay.ErrRejected, err)
+		return fmt.Errorf("%w: %w", publish.ErrRejected, err)
 	}
 	return err
 }

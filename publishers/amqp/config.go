@@ -61,7 +61,7 @@ type Config struct {
 	// MaxMessageSize is the largest body RabbitMQ takes: its
 	// max_message_size (128 MiB by default in RabbitMQ 3.8 to 3.13, 16 MiB
 	// in 4.0 and later). A larger message is refused alone (ErrTooLarge,
-	// wrapping relay.ErrRejected) before it is sent: sent, RabbitMQ would
+	// wrapping publish.ErrRejected) before it is sent: sent, RabbitMQ would
 	// close the call's channel, failing its neighbours too. Defaults to 0:
 	// learned from the first channel RabbitMQ closes for a larger message
 	// (its neighbours in that call fail once, as an outage; the larger one

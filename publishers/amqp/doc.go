@@ -1,5 +1,5 @@
 // Package amqp is Herald's RabbitMQ publisher: a Watermill message.Publisher
-// and a relay.BatchPublisher that publishes with publisher confirms,
+// and a publish.BatchPublisher that publishes with publisher confirms,
 // pipelined, and reports a result per message.
 //
 // # How it publishes
@@ -22,7 +22,7 @@
 // # Whose fault a failure is
 //
 // A failed message is either its own refusal, which no retry changes (its
-// error wraps relay.ErrRejected: the relay counts a strike at once, and the
+// error wraps publish.ErrRejected: the relay counts a strike at once, and the
 // event dies after MaxAttempts), or the broker's condition, which an
 // operator or time fixes for every message alike (a plain error: retried,
 // it kills nothing). One function, classify, decides it for every message,

@@ -11,7 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 
-	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/publish"
 )
 
 // Errors a message's publish can fail with (wrapped, with the broker's reason).
@@ -24,7 +24,7 @@ var (
 	// bound for it, so it was not stored. It is the topology's condition, not
 	// the message's: every message to an exchange no queue is bound to comes
 	// back, and binding the queue publishes them all. It does not wrap
-	// relay.ErrRejected (see "Whose fault a failure is" in the package
+	// publish.ErrRejected (see "Whose fault a failure is" in the package
 	// documentation).
 	ErrReturned = errors.New("amqp: returned unroutable by the broker")
 	// ErrChannelClosed is a message whose channel or connection closed before
@@ -35,18 +35,18 @@ var (
 	// ErrTooLarge is a message whose body is larger than the broker takes
 	// (RabbitMQ's max_message_size: Config.MaxMessageSize, or the size
 	// RabbitMQ stated when it closed a channel for a larger message). It is
-	// refused before it is sent, and comes wrapped with relay.ErrRejected.
+	// refused before it is sent, and comes wrapped with publish.ErrRejected.
 	ErrTooLarge = errors.New("amqp: message larger than the broker takes")
 	// ErrUnframable is a message AMQP 0-9-1 cannot carry: a header name,
 	// exchange name or routing key over 255 bytes (a short string), a header
 	// value of a type the protocol has no field for, or headers too large for
 	// one frame (the content header is never split). It is refused before
 	// anything of it is written to the connection, and comes wrapped with
-	// relay.ErrRejected.
+	// publish.ErrRejected.
 	ErrUnframable = errors.New("amqp: the message cannot be framed")
 )
 
-var _ relay.BatchPublisher = (*Publisher)(nil)
+var _ publish.BatchPublisher = (*Publisher)(nil)
 
 // maxIdleChannels is how many confirm channels a Publisher keeps open between
 // calls.
@@ -54,7 +54,7 @@ const maxIdleChannels = 16
 
 // Publisher publishes Watermill messages to RabbitMQ with publisher confirms,
 // many in flight at once. It is a Watermill message.Publisher and a
-// relay.BatchPublisher, safe for concurrent use. Each call uses a channel of
+// publish.BatchPublisher, safe for concurrent use. Each call uses a channel of
 // its own (taken from a pool), so its delivery tags and returns are its own.
 type Publisher struct {
 	cfg    Config
@@ -112,10 +112,10 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // of msgs: nil when RabbitMQ confirmed it (basic.ack) without returning it;
 // ErrNacked, ErrReturned or ErrChannelClosed (wrapped) when not; the
 // context's error, wrapped, for a message unconfirmed when ctx ended;
-// ErrUnframable, wrapping relay.ErrRejected, for a message AMQP cannot
+// ErrUnframable, wrapping publish.ErrRejected, for a message AMQP cannot
 // carry, which is never sent. Every message is published mandatory, so an
 // unroutable one is a failure. One message's failure does not fail the
-// others. It implements relay.BatchPublisher.
+// others. It implements publish.BatchPublisher.
 func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error {
 	errs := make([]error, len(msgs))
 	if len(msgs) == 0 {

@@ -10,12 +10,12 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/publish"
 )
 
 // classify decides what a record's failed produce to topic is, by the one
 // rule of the package documentation ("Whose fault a failure is"): the
-// record's own refusal (the error returned wraps relay.ErrRejected: a strike
+// record's own refusal (the error returned wraps publish.ErrRejected: a strike
 // at once), or the brokers' condition (a plain error: retried, it kills
 // nothing). alone says whether the record went in a batch of its own. A
 // refusal of a batch of several records says nothing of each: again is true,
@@ -27,13 +27,13 @@ func classify(topic string, err error, alone bool) (out error, again bool) {
 		return nil, false
 	case errors.Is(err, ErrReservedMetadata):
 		// Never sent: no retry changes the message.
-		return fmt.Errorf("%w: %w", relay.ErrRejected, err), false
+		return fmt.Errorf("%w: %w", publish.ErrRejected, err), false
 	case refusesContent(err) && !alone:
 		return err, true
 	case refusesContent(err), errors.Is(err, kerr.InvalidTopicException):
 		// Refused alone, for what the record is; or its topic's name is one
 		// Kafka's rules never accept.
-		return fmt.Errorf("%w: kafka: produce to %s: %w", relay.ErrRejected, topic, err), false
+		return fmt.Errorf("%w: kafka: produce to %s: %w", publish.ErrRejected, topic, err), false
 	default:
 		// The brokers' condition, refusing every record alike: a timeout, a
 		// connection lost, a topic missing or not writable by this client

@@ -1,5 +1,5 @@
 // Package kafka is Herald's Kafka publisher: a Watermill message.Publisher
-// and a relay.BatchPublisher on franz-go (github.com/twmb/franz-go), safe for
+// and a publish.BatchPublisher on franz-go (github.com/twmb/franz-go), safe for
 // an outbox.
 //
 // # What it sends
@@ -50,7 +50,7 @@
 // # Whose fault a failure is
 //
 // A failed record is either its own refusal, which no retry changes (its
-// error wraps relay.ErrRejected: the relay counts a strike at once, and the
+// error wraps publish.ErrRejected: the relay counts a strike at once, and the
 // event dies after MaxAttempts), or the brokers' condition, which an
 // operator or time fixes for every record alike (a plain error: retried,
 // it kills nothing). One function, classify, decides it for every record,

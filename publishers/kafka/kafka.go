@@ -13,7 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/publish"
 )
 
 // UUIDHeaderKey is the record header that carries the message UUID, as
@@ -75,7 +75,7 @@ func (c Config) Validate() error {
 
 // Publisher publishes Watermill messages to Kafka with franz-go's idempotent
 // producer and acks=all, each message a record keyed by its aggregate id. It
-// is a Watermill message.Publisher and a relay.BatchPublisher. It is safe for
+// is a Watermill message.Publisher and a publish.BatchPublisher. It is safe for
 // concurrent use.
 type Publisher struct {
 	client *kgo.Client
@@ -86,8 +86,8 @@ type Publisher struct {
 }
 
 var (
-	_ message.Publisher    = (*Publisher)(nil)
-	_ relay.BatchPublisher = (*Publisher)(nil)
+	_ message.Publisher      = (*Publisher)(nil)
+	_ publish.BatchPublisher = (*Publisher)(nil)
 )
 
 // New checks cfg and makes a Publisher with its own franz-go client. The
@@ -162,7 +162,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // key may follow a failed one of the same key: the relay's ordered mode sends
 // at most one event per aggregate per call. A message whose metadata sets
 // UUIDHeaderKey fails with ErrReservedMetadata. Those, and the brokers'
-// refusals of a record itself (too large, invalid), wrap relay.ErrRejected;
+// refusals of a record itself (too large, invalid), wrap publish.ErrRejected;
 // a refusal of a batch of several records is no record's own: each is
 // produced again in a batch of its own, within the call, and that answer is
 // its result (see "Whose fault a failure is" in the package documentation).

@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/publish"
 )
 
 // JetStream's error codes (nats-server's errors.json) of the answers that
@@ -23,7 +23,7 @@ const (
 
 // classify decides what a message's failed publish is, by the one rule of
 // the package documentation ("Whose fault a failure is"): the message's own
-// refusal (the error returned wraps relay.ErrRejected: a strike at once), or
+// refusal (the error returned wraps publish.ErrRejected: a strike at once), or
 // the server's condition (a plain error: retried, it kills nothing). Every
 // publish path calls it; nil stays nil.
 func classify(err error) error {
@@ -31,7 +31,7 @@ func classify(err error) error {
 		return nil
 	}
 	if own(err) {
-		return fmt.Errorf("%w: %w", relay.ErrRejected, err)
+		return fmt.Errorf("%w: %w", publish.ErrRejected, err)
 	}
 	return err
 }

@@ -1,5 +1,5 @@
 // Package natsjs is Herald's NATS JetStream publisher: a Watermill
-// message.Publisher that is also a relay.BatchPublisher, so the relay
+// message.Publisher that is also a publish.BatchPublisher, so the relay
 // pipelines its publishes and retries exactly the messages JetStream refused.
 //
 // Messages are published asynchronously, up to Config.MaxInFlight at once
@@ -22,7 +22,7 @@
 // # Whose fault a failure is
 //
 // A failed message is either its own refusal, which no retry changes (its
-// error wraps relay.ErrRejected: the relay counts a strike at once, and the
+// error wraps publish.ErrRejected: the relay counts a strike at once, and the
 // event dies after MaxAttempts), or the server's condition, which an
 // operator or time fixes for every message alike (a plain error: retried,
 // it kills nothing). One function, classify, decides it for every message,

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/publish"
 )
 
 // WatermillUUIDHeader is the header the message UUID travels in: the one
@@ -30,12 +30,12 @@ var (
 	ErrBadHeader = errors.New("natsjs: metadata cannot be a NATS header")
 )
 
-var _ relay.BatchPublisher = (*Publisher)(nil)
+var _ publish.BatchPublisher = (*Publisher)(nil)
 
 // Publisher publishes Watermill messages to NATS JetStream, pipelined: up to
 // Config.MaxInFlight messages are on their way at once, each acknowledged
 // (stored) by JetStream on its own. It is a Watermill message.Publisher and
-// a relay.BatchPublisher, safe for concurrent use.
+// a publish.BatchPublisher, safe for concurrent use.
 type Publisher struct {
 	cfg   Config
 	log   *slog.Logger
@@ -94,7 +94,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // returns one error per message, in the order of msgs: nil when JetStream
 // acknowledged it. A message that fails (too large, refused by its stream,
 // no ack within Config.AckTimeout) fails alone; its error wraps
-// relay.ErrRejected only when the failure is its own (see "Whose fault a
+// publish.ErrRejected only when the failure is its own (see "Whose fault a
 // failure is" in the package documentation): a full stream is not. Each message carries its
 // UUID and metadata in headers as watermill-nats' NATSMarshaler writes them,
 // and its UUID as Nats-Msg-Id, so the stream's duplicate window drops a copy
