@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/logicaltest"
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/outboxhook"
@@ -60,7 +61,9 @@ func walEvents(t *testing.T, db *gorm.DB, slot string) []events.Envelope {
 	t.Helper()
 	var out []events.Envelope
 	for _, c := range logicaltest.Messages(t, db, slot, outboxhook.DefaultWALPrefix) {
-		env, err := postgres.DecodeMessage([]byte(c))
+		row, err := postgres.MessageRow([]byte(c))
+		must(t, err)
+		env, err := outbound.Envelope(&row)
 		must(t, err)
 		out = append(out, env)
 	}

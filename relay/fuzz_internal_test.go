@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // FuzzToMessage feeds arbitrary stored rows (id, metadata, payload) to the
@@ -19,8 +20,8 @@ func FuzzToMessage(f *testing.F) {
 	f.Add("0193a5d2-7c1e-7b1a-9a0e-4f1c2d3e4f50", []byte(`{"n":[1,2]}`), []byte(``))
 	f.Add("0193a5d2-7c1e-7b1a-9a0e-4f1c2d3e4f50", []byte(`null`), []byte(`null`))
 	f.Fuzz(func(t *testing.T, id string, metadata, payload []byte) {
-		r := &row{id: id, typ: "t", version: 1, metadata: metadata, payload: payload, occurred: time.Unix(0, 0)}
-		msg, err := toMessage(r)
+		r := toRows([]store.Row{{ID: id, Type: "t", Version: 1, Metadata: metadata, Payload: payload, OccurredAt: time.Unix(0, 0)}})[0]
+		msg, err := r.msg, r.err
 		if err != nil {
 			if !errors.Is(err, ErrUndecodable) {
 				t.Fatalf("error does not wrap ErrUndecodable: %v", err)

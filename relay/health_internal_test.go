@@ -70,20 +70,3 @@ func TestOutageRules(t *testing.T) {
 	}
 }
 
-// A failure is confirmed when a call of its batch that started at or after
-// it returned succeeded; a success that started before does not confirm it.
-func TestEvidence(t *testing.T) {
-	var ev evidence
-	t0 := time.Now()
-	if ev.confirms(t0) {
-		t.Fatal("confirmed with no success")
-	}
-	ev.succeeded(t0.Add(-time.Millisecond))
-	if ev.confirms(t0) {
-		t.Fatal("confirmed by a success that started before the failure returned")
-	}
-	ev.succeeded(t0)
-	if !ev.confirms(t0) || ev.confirms(t0.Add(time.Nanosecond)) {
-		t.Fatal("a success starting as the failure returned confirms it, not a later failure")
-	}
-}

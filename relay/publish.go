@@ -2,20 +2,16 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/relayhook"
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/internal/telemetry"
 	"github.com/heraldgo/herald/publish"
 )
 
@@ -27,7 +23,7 @@ var (
 	ErrPublisherPanic = publish.ErrPublisherPanic
 	// ErrUndecodable is a row whose id or metadata cannot be read; it goes dead
 	// at once, since no retry can fix it.
-	ErrUndecodable = errors.New("relay: stored event cannot be decoded")
+	ErrUndecodable = outbound.ErrUndecodable
 	// ErrRejected is [publish.ErrRejected]: what a publisher's error for one
 	// message wraps when the broker refused that message itself.
 	ErrRejected = publish.ErrRejected
@@ -47,44 +43,25 @@ type row struct {
 // reason it cannot have one.
 func toRows(claimed []store.Row) []*row {
 	out := make([]*row, len(claimed))
-	for i, c := range claimed {
+	for i := range claimed {
+		c := &claimed[i]
 		r := &row{id: c.ID, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
 			version: c.Version, attempts: c.Attempts, strikes: c.Strikes, payload: c.Payload, metadata: c.Metadata,
 			occurred: c.OccurredAt}
-		r.msg, r.err = toMessage(r)
+		var env events.Envelope
+		if env, r.err = outbound.Envelope(c); r.err == nil {
+			r.msg = outbound.Message(env)
+		}
 		out[i] = r
 	}
 	return out
-}
-
-// toMessage builds the Watermill message of a row: its UUID is the event id.
-func toMessage(r *row) (*message.Message, error) {
-	id, err := uuid.Parse(r.id)
-	if err != nil {
-		return nil, fmt.Errorf("%w: id %q: %w", ErrUndecodable, r.id, err)
-	}
-	var md events.Metadata
-	if len(r.metadata) > 0 && string(r.metadata) != "{}" {
-		if err := json.Unmarshal(r.metadata, &md); err != nil {
-			return nil, fmt.Errorf("%w: metadata of %s: %w", ErrUndecodable, r.id, err)
-		}
-	}
-	return NewMessage(events.Envelope{
-		ID: id, Type: r.typ, Version: r.version, AggregateType: r.aggType, AggregateID: r.aggID,
-		Topic: r.topic, OccurredAt: r.occurred, Payload: r.payload, Metadata: md,
-	}), nil
 }
 
 // NewMessage builds the Watermill message the relay publishes for env: its UUID
 // is the event id, its payload the encoded event, and its metadata
 // env.MessageMetadata() (the event's own metadata and the Herald keys, which
 // win). Consumers read it back with inbox.FromMessage.
-func NewMessage(env events.Envelope) *message.Message {
-	md := env.MessageMetadata()
-	msg := message.NewMessage(md[events.MetaID], env.Payload)
-	msg.Metadata = message.Metadata(md)
-	return msg
-}
+func NewMessage(env events.Envelope) *message.Message { return outbound.Message(env) }
 
 // result is how one row's publish ended: its error (nil when published) and
 // when the Publish call that decided it returned, by this process's monotonic
@@ -94,33 +71,6 @@ type result struct {
 	end time.Time
 }
 
-// evidence is what one batch's Publish calls showed about the publisher: the
-// start of the latest call that succeeded, by this process's monotonic clock.
-// A failed call is confirmed, the event's own failure and not the broker's,
-// when a call that started after it returned succeeded (see confirms). Only
-// this process's own calls of this batch count: no other clock is compared.
-type evidence struct {
-	mu     sync.Mutex
-	lastOK time.Time
-}
-
-func (e *evidence) succeeded(start time.Time) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if start.After(e.lastOK) {
-		e.lastOK = start
-	}
-}
-
-// confirms reports whether a call that failed and returned at end is shown to
-// have failed on its own account: a Publish call of the batch that started at
-// or after end succeeded, so the publisher worked after this failure.
-func (e *evidence) confirms(end time.Time) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return !e.lastOK.IsZero() && !e.lastOK.Before(end)
-}
-
 // Confirmer is [publish.Confirmer] (Config.Confirmer).
 type Confirmer = publish.Confirmer
 
@@ -128,75 +78,24 @@ type Confirmer = publish.Confirmer
 // result per message, whose failed messages alone are retried.
 type BatchPublisher = publish.BatchPublisher
 
-// publish calls the publisher (PublishBatch when it is a BatchPublisher,
-// else Publish) with a timeout of PublishTimeout, turning a panic into an
-// error, records in ev a call that acknowledged a message, and writes each
-// message's result in res (len(msgs) long). startBy is the batch's start-by
-// context: once it is done, no call starts (errNotTried), so a batch ends
-// within PublishTimeout of it. A publisher that never returns leaves its
-// goroutine behind: nothing can stop it.
-func (r *Relay) publish(startBy context.Context, ev *evidence, topic string, msgs []*message.Message, res []result) {
+// publish calls the publisher (outbound.Caller: PublishBatch when it is a
+// BatchPublisher, else Publish, within PublishTimeout, a panic an error, a
+// producer span per message), records in ev a call that acknowledged a
+// message, and writes each message's result in res (len(msgs) long).
+// startBy is the batch's start-by context: once it is done, no call starts
+// (errNotTried), so a batch ends within PublishTimeout of it; a call started
+// runs its course.
+func (r *Relay) publish(startBy context.Context, ev *outbound.Evidence, topic string, msgs []*message.Message, res []result) {
 	r.at(relayhook.Publish, nil)
 	if outOfTime(startBy) {
 		fill(res, result{err: errNotTried, end: time.Now()})
 		return
 	}
-	pctx, cancel := context.WithTimeout(context.WithoutCancel(startBy), r.cfg.PublishTimeout)
-	defer cancel()
-	// One producer span per event, parented to the trace context stored with it
-	// (the request that saved it), and injected into the message for the
-	// consumer.
-	spans := make([]trace.Span, len(msgs))
-	for i, m := range msgs {
-		sctx, span := telemetry.StartPublish(telemetry.Extract(pctx, m.Metadata), r.tracer, r.cfg.MessagingSystem, topic, m.UUID)
-		telemetry.Inject(sctx, m.Metadata)
-		m.SetContext(sctx)
-		spans[i] = span
+	got := r.caller.Call(context.WithoutCancel(startBy), topic, msgs)
+	for i, err := range got.Errs {
+		res[i] = result{err: err, end: got.End}
 	}
-	batch, _ := r.pub.(BatchPublisher)
-	type returned struct {
-		err  error   // the call's error: a panic, or Publish's
-		errs []error // PublishBatch's results
-	}
-	done := make(chan returned, 1)
-	start := time.Now()
-	go func() {
-		defer func() {
-			if p := recover(); p != nil {
-				done <- returned{err: fmt.Errorf("%w: %v", ErrPublisherPanic, p)}
-			}
-		}()
-		if batch != nil {
-			done <- returned{errs: batch.PublishBatch(pctx, topic, msgs...)}
-		} else {
-			done <- returned{err: r.pub.Publish(topic, msgs...)}
-		}
-	}()
-	var got returned
-	select {
-	case got = <-done:
-	case <-pctx.Done():
-		got = returned{err: fmt.Errorf("%w after %v", ErrPublishTimeout, r.cfg.PublishTimeout)}
-	}
-	end := time.Now()
-	if batch != nil && got.err == nil && len(got.errs) != len(msgs) {
-		got.err = fmt.Errorf("relay: PublishBatch returned %d results for %d messages", len(got.errs), len(msgs))
-	}
-	if got.err != nil || batch == nil {
-		fill(res, result{err: got.err, end: end})
-	} else {
-		for i, err := range got.errs {
-			res[i] = result{err: err, end: end}
-		}
-	}
-	acked := false
-	for i, span := range spans {
-		telemetry.End(span, res[i].err)
-		acked = acked || res[i].err == nil
-	}
-	if acked {
-		ev.succeeded(start)
-	}
+	ev.Add(got)
 }
 
 // fill sets every result of res to rr.
@@ -223,14 +122,14 @@ func outOfTime(startBy context.Context) bool {
 // fail its neighbours (and the neighbours published after it confirm its
 // failure); a BatchPublisher's call already told which failed. It returns
 // each row's result.
-func (r *Relay) publishRun(startBy context.Context, ev *evidence, rows []*row) []result {
+func (r *Relay) publishRun(startBy context.Context, ev *outbound.Evidence, rows []*row) []result {
 	res := make([]result, len(rows))
 	msgs := make([]*message.Message, 0, len(rows))
 	for _, rw := range rows {
 		msgs = append(msgs, rw.msg)
 	}
 	r.publish(startBy, ev, rows[0].topic, msgs, res)
-	if _, batch := r.pub.(BatchPublisher); batch || res[0].err == nil || len(rows) == 1 {
+	if r.caller.Batch() || res[0].err == nil || len(rows) == 1 {
 		return res
 	}
 	for i, rw := range rows {
@@ -245,7 +144,7 @@ var errNotTried = errors.New("batch out of time before this event's turn")
 
 // publishSet publishes rows in no particular order: per topic, in chunks spread
 // over PublishConcurrency workers. It returns each row's result.
-func (r *Relay) publishSet(startBy context.Context, ev *evidence, rows []*row) []result {
+func (r *Relay) publishSet(startBy context.Context, ev *outbound.Evidence, rows []*row) []result {
 	res := make([]result, len(rows))
 	var (
 		chunks  [][]int
@@ -326,7 +225,7 @@ func (r *Relay) publishUnordered(startBy context.Context, rows []*row) *outcome 
 // second, and so on, adding the results to out. A unit whose event failed (or
 // was not tried) publishes nothing more in this batch: its later events are held
 // back, unmarked. A success in a later layer confirms the failures of the
-// earlier ones (see evidence).
+// earlier ones (see outbound.Evidence).
 func (r *Relay) publishOrdered(startBy context.Context, units [][]*row, out *outcome) {
 	start := time.Now()
 	stopped := make([]bool, len(units))

@@ -9,6 +9,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -25,7 +26,7 @@ func BenchmarkPublishBatch(b *testing.B) {
 			Payload: []byte(fmt.Sprintf(`{"i":%d,"pad":"%0100d"}`, i, 0)), Metadata: []byte(`{}`), OccurredAt: time.Now()}
 	}
 	keepNothing := testkit.PublisherFunc(func(string, ...*message.Message) error { return nil })
-	r := &Relay{pub: keepNothing, tracer: telemetry.Tracer(nil)}
+	r := &Relay{pub: keepNothing, caller: outbound.NewCaller(keepNothing, time.Minute, telemetry.Tracer(nil), "")}
 	r.cfg.PublishConcurrency, r.cfg.PublishTimeout = 4, time.Minute
 	b.ReportAllocs()
 	for b.Loop() {

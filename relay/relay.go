@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"go.opentelemetry.io/otel/trace"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/relayhook"
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
@@ -40,7 +40,7 @@ type Relay struct {
 	db     *sql.DB
 	pub    message.Publisher
 	drv    store.Driver // the database's implementation
-	tracer trace.Tracer
+	caller *outbound.Caller // the publish calls to pub
 	st     store.Relay // the outbox table in it
 	log    *slog.Logger
 	wake   chan struct{}
@@ -97,7 +97,7 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		pub:    pub,
 		drv:    conn.Driver,
 		st:     conn.Driver.Relay(conn.Table),
-		tracer: telemetry.Tracer(cfg.TracerProvider),
+		caller: outbound.NewCaller(pub, cfg.PublishTimeout, telemetry.Tracer(cfg.TracerProvider), cfg.MessagingSystem),
 		log:    cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
 		wake:   make(chan struct{}, 1),
 		m:      newMetrics(cfg.MeterProvider, cfg.Table),
@@ -448,7 +448,7 @@ const unstorableError = "publish failed; the database refused to store the publi
 type outcome struct {
 	ok       []*row    // published
 	failed   []failure // not published, to be retried or dead
-	ev       evidence  // what the batch's Publish calls showed
+	ev       outbound.Evidence // what the batch's Publish calls showed
 	took     time.Duration
 	failedAt time.Time // the database's time of the failure marks (set by mark)
 }
@@ -471,7 +471,7 @@ func (o *outcome) add(r *row, res result) {
 		return
 	}
 	o.failed = append(o.failed, failure{row: r, err: lastError(res.err), cause: res.err, poison: errors.Is(res.err, ErrUndecodable),
-		rejected: errors.Is(res.err, ErrRejected), end: res.end})
+		rejected: outbound.Refused(res.err), end: res.end})
 }
 
 // publishFailures reports whether a Publish call failed in the batch (rows
@@ -533,7 +533,7 @@ func (r *Relay) markFailed(ctx context.Context, b store.Batch, out *outcome) (ma
 	fs := make([]store.Failure, len(out.failed))
 	dead := map[string]bool{}
 	for i, f := range out.failed {
-		strike := !f.poison && (f.rejected || out.ev.confirms(f.end) ||
+		strike := !f.poison && (f.rejected || out.ev.SucceededSince(f.end) ||
 			r.cfg.Confirmer != nil && r.cfg.Confirmer.SucceededSince(f.end))
 		d := r.decide(f, strike)
 		fs[i] = store.Failure{ID: f.row.id, Err: f.err, Strike: strike, Dead: d.Dead, Delay: d.Delay}
@@ -575,7 +575,7 @@ func (r *Relay) awaitConfirmer(ctx context.Context, out *outcome) {
 	}
 	unconfirmed := func() bool {
 		for _, f := range out.failed {
-			if !f.poison && !f.rejected && !out.ev.confirms(f.end) && !r.cfg.Confirmer.SucceededSince(f.end) {
+			if !f.poison && !f.rejected && !out.ev.SucceededSince(f.end) && !r.cfg.Confirmer.SucceededSince(f.end) {
 				return true
 			}
 		}

@@ -9,6 +9,7 @@ import (
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/outboxhook"
@@ -132,6 +133,14 @@ type Config struct {
 	// otel.GetMeterProvider(), a no-op until the application installs an
 	// SDK.
 	MeterProvider metric.MeterProvider
+	// TracerProvider makes the producer span each event is published in,
+	// parented to the trace of the request that saved it and injected into
+	// the message, as the table relay does (relay.Config.TracerProvider).
+	// Defaults to otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+	// MessagingSystem is the messaging.system attribute of the relay's spans
+	// ("nats", "rabbitmq", "kafka", ...). Defaults to empty: left out.
+	MessagingSystem string
 }
 
 func (c *Config) setDefaults() {
@@ -164,6 +173,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MeterProvider == nil {
 		c.MeterProvider = otel.GetMeterProvider()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = otel.GetTracerProvider()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -68,6 +68,11 @@
 //
 // # Telemetry
 //
+// With Config.TracerProvider (otel.GetTracerProvider() by default) each
+// event is published in a producer span "publish <topic>", parented to the
+// trace context stored with it and injected into the message, as the table
+// relay does: the publish call is the same code.
+//
 // With Config.MeterProvider (otel.GetMeterProvider() by default, a no-op
 // until the application installs an SDK) the relay counts, with a slot
 // attribute: herald.wal.published (events the publisher acknowledged),

@@ -3,7 +3,6 @@ package walrelay
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/jackc/pglogrepl"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/relay"
@@ -46,7 +46,7 @@ func (h *held) message() *message.Message {
 		h.sent = true
 		return h.msg
 	}
-	return relay.NewMessage(h.env)
+	return outbound.Message(h.env)
 }
 
 // commit is the end of a transaction that committed while events of it or
@@ -62,7 +62,7 @@ type commit struct {
 type session struct {
 	r  *Relay
 	db *sql.DB // for parking
-	c  *caller
+	c  *outbound.Caller
 
 	confirmed pglogrepl.LSN
 	pos       atomic.Uint64 // confirmed, for the reader's status reports
@@ -259,7 +259,7 @@ func (s *session) tryRun(ctx context.Context, run []*held) error {
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
-	if s.c.batch == nil {
+	if !s.c.Batch() {
 		if errs[0] == nil {
 			s.r.m.call(took, len(run), 0)
 			return s.succeeded(ctx)
@@ -289,7 +289,7 @@ func (s *session) tryRun(ctx context.Context, run []*held) error {
 		switch err := errs[i]; {
 		case err == nil:
 			ok++
-		case errors.Is(err, relay.ErrRejected):
+		case outbound.Refused(err):
 			h.err = err
 			refused = append(refused, h)
 		default:
@@ -401,7 +401,7 @@ func (s *session) try(ctx context.Context, h *held, isHeld bool) error {
 			s.remove([]*held{h})
 		}
 		return s.succeeded(ctx)
-	case errors.Is(err, relay.ErrRejected):
+	case outbound.Refused(err):
 		h.err = err
 		s.r.log.WarnContext(ctx, "walrelay: event refused by the broker; parked in the outbox table",
 			"error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn, "table", s.r.table.String())

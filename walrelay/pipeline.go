@@ -3,24 +3,17 @@ package walrelay
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/google/uuid"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
-	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/publish"
-	"github.com/heraldgo/herald/relay"
+	"github.com/heraldgo/herald/internal/outbound"
 )
 
 // The stream is handled by goroutines of stream's: the reader receives and
@@ -322,154 +315,9 @@ func decode(m *pglogrepl.LogicalDecodingMessage) (*held, error) {
 	if err != nil {
 		return nil, err
 	}
-	env, err := envelope(&row)
+	env, err := outbound.Envelope(&row)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("walrelay: decode message: %w", err)
 	}
-	return &held{row: row, env: env, msg: relay.NewMessage(env), lsn: m.LSN, agg: aggKey(&row)}, nil
-}
-
-// envelope is the envelope of a row read from a logical message: what
-// postgres.DecodeMessage returns for its content.
-func envelope(r *store.Row) (events.Envelope, error) {
-	id, err := uuid.Parse(r.ID)
-	if err != nil {
-		return events.Envelope{}, fmt.Errorf("walrelay: decode message: id %q: %w", r.ID, err)
-	}
-	env := events.Envelope{
-		ID: id, Type: r.Type, Version: r.Version, AggregateType: r.AggregateType, AggregateID: r.AggregateID,
-		Topic: r.Topic, OccurredAt: r.OccurredAt, Payload: r.Payload,
-	}
-	if len(r.Metadata) > 0 && string(r.Metadata) != "{}" {
-		if err := json.Unmarshal(r.Metadata, &env.Metadata); err != nil {
-			return events.Envelope{}, fmt.Errorf("walrelay: decode message %s: metadata: %w", r.ID, err)
-		}
-		if len(env.Metadata) == 0 {
-			env.Metadata = nil
-		}
-	}
-	return env, nil
-}
-
-// caller makes the session's publish calls on a worker goroutine, so that
-// a call that does not return within Config.PublishTimeout can be given up
-// on: the worker is then left to finish it (and end) while a new one makes
-// the next calls. A publisher that never returns keeps its worker for ever:
-// nothing can stop it.
-type caller struct {
-	pub     message.Publisher
-	batch   relay.BatchPublisher // pub, when it is one
-	timeout time.Duration
-	timer   *time.Timer
-	w       *worker // nil until the first call, and after one given up on
-}
-
-// worker makes calls one at a time.
-type worker struct {
-	calls   chan *call
-	results chan *call    // the call made, once it returned
-	ended   chan struct{} // closed when it ends
-}
-
-// call is one publish call: its messages (of one topic) and, once made,
-// its result, one error per message.
-type call struct {
-	ctx   context.Context // PublishBatch's, done after the timeout
-	topic string
-	msgs  []*message.Message
-	errs  []error
-}
-
-func newCaller(pub message.Publisher, timeout time.Duration) *caller {
-	c := &caller{pub: pub, timeout: timeout, timer: time.NewTimer(time.Hour)}
-	c.timer.Stop()
-	c.batch, _ = pub.(relay.BatchPublisher)
-	return c
-}
-
-// start starts a worker.
-func (c *caller) start() {
-	w := &worker{calls: make(chan *call), results: make(chan *call, 1), ended: make(chan struct{})}
-	c.w = w
-	go func() {
-		defer close(w.ended)
-		for k := range w.calls {
-			c.run(k)
-			w.results <- k
-		}
-	}()
-}
-
-// close ends the worker, which is idle (no call is in flight), and waits
-// for it.
-func (c *caller) close() {
-	if c.w != nil {
-		close(c.w.calls)
-		<-c.w.ended
-		c.w = nil
-	}
-}
-
-// abandon leaves the worker to the call it makes, after which it ends, and
-// forgets it.
-func (c *caller) abandon() {
-	close(c.w.calls)
-	c.w = nil
-}
-
-// run makes k's call, turning a panic into an error.
-func (c *caller) run(k *call) {
-	defer func() {
-		if p := recover(); p != nil {
-			fillErr(k.errs, fmt.Errorf("%w: %v", publish.ErrPublisherPanic, p))
-		}
-	}()
-	if c.batch != nil {
-		errs := c.batch.PublishBatch(k.ctx, k.topic, k.msgs...)
-		if len(errs) != len(k.msgs) {
-			fillErr(k.errs, fmt.Errorf("walrelay: PublishBatch returned %d results for %d messages", len(errs), len(k.msgs)))
-			return
-		}
-		copy(k.errs, errs)
-		return
-	}
-	fillErr(k.errs, c.pub.Publish(k.topic, k.msgs...))
-}
-
-func fillErr(errs []error, err error) {
-	for i := range errs {
-		errs[i] = err
-	}
-}
-
-// publish publishes msgs (of topic) in one call, within the timeout, and
-// returns each message's error: Publish's for every one of them, or
-// PublishBatch's own. ctx done, it returns ctx's error for each, leaving
-// the call to the worker.
-func (c *caller) publish(ctx context.Context, topic string, msgs []*message.Message) []error {
-	k := &call{ctx: context.Background(), topic: topic, msgs: msgs, errs: make([]error, len(msgs))}
-	if c.batch != nil {
-		var cancel context.CancelFunc
-		k.ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), c.timeout)
-		defer cancel()
-	}
-	if c.w == nil {
-		c.start()
-	}
-	c.w.calls <- k // the worker is idle: it returned its last call
-	c.timer.Reset(c.timeout)
-	defer c.timer.Stop()
-	var err error
-	select {
-	case <-c.w.results:
-		return k.errs
-	case <-c.timer.C:
-		err = fmt.Errorf("%w after %v", ErrPublishTimeout, c.timeout)
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	c.abandon() // k.errs is the worker's until it returns
-	errs := make([]error, len(msgs))
-	fillErr(errs, err)
-	return errs
+	return &held{row: row, env: env, msg: outbound.Message(env), lsn: m.LSN, agg: aggKey(&row)}, nil
 }

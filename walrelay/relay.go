@@ -19,8 +19,10 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/internal/telemetry"
 	"github.com/heraldgo/herald/publish"
 	"github.com/heraldgo/herald/relay"
 )
@@ -64,8 +66,8 @@ type Relay struct {
 
 	m *counters
 
-	okMu   sync.Mutex
-	lastOK time.Time // when the last successful publish call began
+	caller *outbound.Caller  // the publish calls to pub
+	ok     outbound.Evidence // its calls that acknowledged a message
 
 	slotMu   sync.Mutex
 	slotSeen bool          // Setup found or made the slot, or a stream read it
@@ -93,7 +95,8 @@ func New(dsn string, pub message.Publisher, cfg Config) (*Relay, error) {
 	}
 	var drv postgres.Driver
 	return &Relay{dsn: dsn, pub: pub, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot),
-		table: t, outbox: drv.Outbox(t), marker: postgres.NewFailMarker(t), m: newCounters(cfg.MeterProvider, cfg.Slot)}, nil
+		caller: outbound.NewCaller(pub, cfg.PublishTimeout, telemetry.Tracer(cfg.TracerProvider), cfg.MessagingSystem),
+		table:  t, outbox: drv.Outbox(t), marker: postgres.NewFailMarker(t), m: newCounters(cfg.MeterProvider, cfg.Slot)}, nil
 }
 
 // Config returns the relay's configuration, defaults applied.
@@ -237,7 +240,7 @@ func (r *Relay) stream(ctx context.Context) error {
 	}
 	defer func() { _ = db.Close() }()
 	db.SetMaxOpenConns(2)
-	s := &session{r: r, db: db, c: newCaller(r.pub, r.cfg.PublishTimeout), pendingAggs: map[string]bool{}}
+	s := &session{r: r, db: db, c: r.caller, pendingAggs: map[string]bool{}}
 	if err := s.loadParked(ctx); err != nil {
 		return err
 	}
@@ -258,7 +261,6 @@ func (r *Relay) stream(ctx context.Context) error {
 	defer func() {
 		stopReading()
 		readers.Wait()
-		s.c.close()
 		r.saw(s.confirmed)
 		if s.confirmed > rd.reported {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -375,30 +377,15 @@ func ended(ctx context.Context, err error) error {
 // events in, with the same publisher, takes it as its Config.Confirmer, so
 // that the WAL's traffic confirms the refusals of the events parked there.
 // Safe for concurrent use.
-func (r *Relay) SucceededSince(t time.Time) bool {
-	r.okMu.Lock()
-	defer r.okMu.Unlock()
-	return !r.lastOK.IsZero() && !r.lastOK.Before(t)
-}
+func (r *Relay) SucceededSince(t time.Time) bool { return r.ok.SucceededSince(t) }
 
 // call publishes msgs (of topic) in one call of c, within
 // Config.PublishTimeout, and returns each message's error and how long the
 // call took. A call that published a message counts for SucceededSince.
-func (r *Relay) call(ctx context.Context, c *caller, topic string, msgs []*message.Message) ([]error, time.Duration) {
-	start := time.Now()
-	errs := c.publish(ctx, topic, msgs)
-	took := time.Since(start)
-	for _, err := range errs {
-		if err == nil {
-			r.okMu.Lock()
-			if start.After(r.lastOK) {
-				r.lastOK = start
-			}
-			r.okMu.Unlock()
-			break
-		}
-	}
-	return errs, took
+func (r *Relay) call(ctx context.Context, c *outbound.Caller, topic string, msgs []*message.Message) ([]error, time.Duration) {
+	res := c.Call(ctx, topic, msgs)
+	r.ok.Add(res)
+	return res.Errs, res.End.Sub(res.Start)
 }
 
 // sleep waits d, or until ctx is done (false).

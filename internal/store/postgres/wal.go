@@ -11,7 +11,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 )
@@ -50,32 +49,6 @@ func EncodeMessage(r *store.Row) ([]byte, error) {
 		return nil, fmt.Errorf("postgres: encode event %s: %w", r.ID, err)
 	}
 	return b, nil
-}
-
-// DecodeMessage reads the envelope of an event from its logical message's
-// content.
-func DecodeMessage(content []byte) (events.Envelope, error) {
-	var m Message
-	if err := json.Unmarshal(content, &m); err != nil {
-		return events.Envelope{}, fmt.Errorf("postgres: decode message: %w", err)
-	}
-	id, err := uuid.Parse(m.ID)
-	if err != nil {
-		return events.Envelope{}, fmt.Errorf("postgres: decode message: id %q: %w", m.ID, err)
-	}
-	env := events.Envelope{
-		ID: id, Type: m.Type, Version: m.Version, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
-		Topic: m.Topic, OccurredAt: m.OccurredAt, Payload: []byte(m.Payload),
-	}
-	if len(m.Metadata) > 0 {
-		if err := json.Unmarshal(m.Metadata, &env.Metadata); err != nil {
-			return events.Envelope{}, fmt.Errorf("postgres: decode message %s: metadata: %w", m.ID, err)
-		}
-		if len(env.Metadata) == 0 {
-			env.Metadata = nil
-		}
-	}
-	return env, nil
 }
 
 // walOutbox is the outbox in the WAL. Settle and Abort are the table's:
