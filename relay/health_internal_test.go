@@ -69,4 +69,3 @@ func TestOutageRules(t *testing.T) {
 		t.Fatalf("keys %v after the recovery closed", keys)
 	}
 }
-

@@ -9,8 +9,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/outbound"
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/publish"
 )

@@ -15,8 +15,8 @@ import (
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/outbound"
+	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
@@ -39,9 +39,9 @@ type Relay struct {
 	table  ident.Table
 	db     *sql.DB
 	pub    message.Publisher
-	drv    store.Driver // the database's implementation
+	drv    store.Driver     // the database's implementation
 	caller *outbound.Caller // the publish calls to pub
-	st     store.Relay // the outbox table in it
+	st     store.Relay      // the outbox table in it
 	log    *slog.Logger
 	wake   chan struct{}
 	leases *leases // ordered mode only
@@ -446,8 +446,8 @@ const unstorableError = "publish failed; the database refused to store the publi
 
 // outcome is the result of publishing a batch.
 type outcome struct {
-	ok       []*row    // published
-	failed   []failure // not published, to be retried or dead
+	ok       []*row            // published
+	failed   []failure         // not published, to be retried or dead
 	ev       outbound.Evidence // what the batch's Publish calls showed
 	took     time.Duration
 	failedAt time.Time // the database's time of the failure marks (set by mark)
