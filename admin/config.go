@@ -49,6 +49,12 @@ type Config struct {
 	// which the outbox is unhealthy; negative, the lag never is a problem.
 	// Defaults to 1 GiB (DefaultMaxWALLag).
 	MaxWALLag int64
+	// RelayTimeout is how long after its last heartbeat a relay still
+	// counts as alive (Relays): unordered relays beat every 10 seconds,
+	// ordered ones every third of their LeaseDuration, so it must exceed
+	// that. Due events waiting longer than it while no relay is alive make
+	// the outbox unhealthy. Defaults to 1m (DefaultRelayTimeout).
+	RelayTimeout time.Duration
 	// Wake is called after a requeue, so that a relay of this process
 	// publishes the requeued events at once: the relay's Wake. Without it,
 	// relays find them at their next poll, or on PostgreSQL when woken
@@ -94,6 +100,9 @@ func (c *Config) setDefaults() {
 	if c.MaxWALLag == 0 {
 		c.MaxWALLag = DefaultMaxWALLag
 	}
+	if c.RelayTimeout == 0 {
+		c.RelayTimeout = DefaultRelayTimeout
+	}
 	if c.Channel == "" {
 		c.Channel = defaultChannel
 	}
@@ -122,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.DeadLimit < 0 {
 		errs = append(errs, fmt.Errorf("DeadLimit is %d, must not be negative", c.DeadLimit))
+	}
+	if c.RelayTimeout < 0 {
+		errs = append(errs, fmt.Errorf("RelayTimeout is %s, must not be negative", c.RelayTimeout))
 	}
 	if c.FailingLimit < 0 {
 		errs = append(errs, fmt.Errorf("FailingLimit is %d, must not be negative", c.FailingLimit))

@@ -5,12 +5,18 @@
 //	h, err := admin.New(db, admin.Config{AllowWrites: true, Wake: r.Wake})
 //	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", requireOperator(h)))
 //
-// The page is rendered on the server with html/template, with no JavaScript:
+// The page is rendered on the server with html/template, with no JavaScript,
+// and fits a window 800 px wide and up; what it shows from the database has
+// its control characters escaped as the herald command prints them
+// (Printable: an ESC byte is shown as \x1b):
 // the figures per topic (pending, failing, dead, age of the oldest pending
 // event, events published in the last minute when a retention keeps them),
 // the failing events (pending, their publish failed at least once) grouped
 // by type and last error with their attempts and next attempt, the dead
-// events with their last errors (whole, wrapped), and, when Config.AllowWrites is
+// events with their last errors (whole, wrapped), whether relays are alive
+// (Outbox.Relays: each relay instance with its last heartbeat and, in ordered
+// mode, its partition leases, and the due backlog; "no relay seen for X" in
+// red when events are due and none is alive), and, when Config.AllowWrites is
 // set, a requeue button per dead event and a requeue-all button. With
 // Config.WALSlot (events kept in the WAL, outboxhook.StorageWAL, published
 // by walrelay) it shows the relay's replication slot too: whether it exists

@@ -66,6 +66,17 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 			}
 			return id
 		},
+		"p":     Printable,
+		"lines": func(s string) string { return PrintableLines(s, "") },
+		"agep":  func(s *float64) string { return Age(time.Duration(*s * float64(time.Second)).Truncate(time.Second)) },
+		"lease": func(s *float64) string {
+			if d := time.Duration(*s * float64(time.Second)).Truncate(time.Second); d > 0 {
+				return "ends in " + Age(d)
+			} else if d < 0 {
+				return "ended " + Age(-d) + " ago"
+			}
+			return "ends now"
+		},
 		"ago": func(now, t time.Time) string { return Age(max(0, now.Sub(t)).Truncate(time.Second)) + " ago" },
 		"due": func(now, t time.Time) string {
 			if d := t.Sub(now).Truncate(time.Second); d > 0 {

@@ -341,7 +341,7 @@ func TestHandlerPublished(t *testing.T) {
 	e.stamp(ids[0], "processed_at", time.Second)
 	e.stamp(ids[1], "processed_at", 2*time.Second)
 	_, body := serve(t, e.handler(admin.Config{}), get("/"))
-	for _, want := range []string{"Published, last minute", `<td><code>orders</code></td><td class="n">0</td><td class="n">0</td><td class="n">0</td><td class="n">–</td><td class="n">2</td>`,
+	for _, want := range []string{"Published, last minute", `<td class="c-id"><code>orders</code></td><td class="n">0</td><td class="n">0</td><td class="n">0</td><td class="n">–</td><td class="n">2</td>`,
 		`<tr class="total"><td>Total</td><td class="n">1</td><td class="n">0</td><td class="n">0</td>`, "Healthy"} {
 		if !strings.Contains(body, want) {
 			t.Fatalf("the page lacks %q:\n%s", want, body)

@@ -147,12 +147,17 @@ type Status struct {
 	// only Config.WALSlot allows (StorageWAL keeps no table): the figures
 	// are then zero.
 	TableMissing bool `json:"table_missing,omitempty"`
+	// Relays is what the database says of the relays: which are alive, when
+	// each was last seen, the due backlog (Outbox.Relays); nil when the
+	// table is missing.
+	Relays *Relays `json:"relays,omitempty"`
 	// WAL is the WAL relay's slot (Config.WALSlot); nil without one.
 	WAL *walrelay.SlotStatus `json:"wal_slot,omitempty"`
 	// Healthy is true when there is no problem.
 	Healthy bool `json:"healthy"`
 	// Problems say what is unhealthy: dead events, an oldest pending event
-	// older than Config.MaxAge and, with Config.WALSlot, a slot that is
+	// older than Config.MaxAge, due events waiting past Config.RelayTimeout
+	// while no relay is alive (Relays.Problem) and, with Config.WALSlot, a slot that is
 	// missing, invalidated or lagging past Config.MaxWALLag. Empty when
 	// healthy.
 	Problems []string `json:"problems"`
@@ -175,12 +180,20 @@ func (o *Outbox) Status(ctx context.Context) (Status, error) {
 		if err := o.tableStatus(ctx, &s); err != nil {
 			return Status{}, err
 		}
+		rs, err := o.Relays(ctx)
+		if err != nil {
+			return Status{}, fmt.Errorf("admin: status: %w", err)
+		}
+		s.Relays = &rs
 	}
 	if s.Total.Dead > 0 {
 		s.Problems = append(s.Problems, plural(s.Total.Dead, "dead event"))
 	}
 	if age := s.Total.OldestPending(); o.cfg.MaxAge > 0 && age > o.cfg.MaxAge {
 		s.Problems = append(s.Problems, fmt.Sprintf("the oldest pending event is %s old, over %s", Age(age), o.cfg.MaxAge))
+	}
+	if s.Relays != nil && s.Relays.Problem != "" {
+		s.Problems = append(s.Problems, s.Relays.Problem)
 	}
 	if o.cfg.WALSlot != "" {
 		w, err := walrelay.ReadSlot(ctx, o.db, o.cfg.WALSlot)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"image/png"
 	"net/http"
 	"net/http/httptest"
@@ -25,7 +26,9 @@ import (
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/store"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
@@ -242,13 +245,16 @@ func runRelay(t *testing.T, r *relay.Relay) {
 	})
 }
 
-// The page as an operator sees it, with dead events among a backlog, in a
-// real browser: a PNG of it is written to HERALD_ADMIN_SCREENSHOT when set
-// (docs/admin.png is made so), else to a temporary file.
-func TestAdminPageScreenshot(t *testing.T) {
-	browser := newBrowser(t)
+// seedPage serves the admin page of an outbox as an operator sees it: dead
+// events among a backlog, a failing event, long identifiers, an error with
+// an ESC byte (a colour escape a broker echoed) and a relay that stopped
+// three minutes ago while events are due. It returns the page's URL and the
+// outbox rows, in the order seeded.
+func seedPage(t *testing.T) (string, []testkit.Row) {
+	t.Helper()
 	db := testkit.SQLite.OpenNew(t, nil)
-	topics := map[string]string{"order.placed": "orders", "order.paid": "orders", "payment.captured": "payments", "shipment.created": "shipping"}
+	topics := map[string]string{"order.placed": "orders", "order.paid": "orders", "payment.captured": "payments", "shipment.created": "shipping",
+		"customer.loyalty-tier.recalculated.v2": "customer-loyalty-tier-recalculations"}
 	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Topic: func(e *events.Envelope) string { return topics[e.Type] }})))
 	type ev struct {
 		typ, aggType, aggID string
@@ -264,7 +270,10 @@ func TestAdminPageScreenshot(t *testing.T) {
 		{"payment.captured", "payment", "pay_3Fz8", 3 * time.Hour, 0, 15, 2*time.Hour + 10*time.Minute,
 			`nats: message rejected by stream "PAYMENTS": maximum payload exceeded (1.4 MB > 1 MB)`},
 		{"shipment.created", "shipment", "shp_41", 50 * time.Minute, 0, 12, 12 * time.Minute,
-			`amqp: Exception (404) Reason: "NOT_FOUND - no exchange 'shipping.v2' in vhost '/'"`},
+			"amqp: Exception (404) Reason: \"NOT_FOUND - no exchange 'shipping.v2' in vhost '/'\" \x1b[31mchannel closed\x1b[0m"},
+		{"customer.loyalty-tier.recalculated.v2", "customer-loyalty-account", "cla_01HZX3B7R5Q9M2K8V4N6P0T1W3Y5", 20 * time.Minute, 0, 12, 5 * time.Minute,
+			"kafka: produce to customer-loyalty-tier-recalculations: " + strings.Repeat("Broker: Message size too large; ", 4) +
+				"https://kafka.internal.example.com/clusters/prod-eu-west-1/topics/customer-loyalty-tier-recalculations/configs/max.message.bytes"},
 		{"order.placed", "order", "ord_2mW", 20 * time.Second, 15 * time.Second, 0, 0, ""},
 		{"order.paid", "order", "ord_2mW", 10 * time.Second, 8 * time.Second, 0, 0, ""},
 		{"payment.captured", "payment", "pay_77", 30 * time.Second, 29 * time.Second, 0, 0, ""},
@@ -274,8 +283,8 @@ func TestAdminPageScreenshot(t *testing.T) {
 	}
 	rows := testkit.Outbox(t, db)
 	for i, s := range seed {
-		set := `aggregate_type = ?, aggregate_id = ?, created_at = ` + sqlitestore.Now + ` - ?, attempts = ?, strikes = ?, last_error = NULLIF(?, '')`
-		args := []any{s.aggType, s.aggID, s.created.Microseconds(), s.attempts, min(s.attempts, 12), s.lastErr}
+		set := `aggregate_type = ?, aggregate_id = ?, created_at = ` + sqlitestore.Now + ` - ?, available_at = ` + sqlitestore.Now + ` - ?, attempts = ?, strikes = ?, last_error = NULLIF(?, '')`
+		args := []any{s.aggType, s.aggID, s.created.Microseconds(), s.created.Microseconds(), s.attempts, min(s.attempts, 12), s.lastErr}
 		if s.dead > 0 {
 			set += `, dead_at = ` + sqlitestore.Now + ` - ?`
 			args = append(args, s.dead.Microseconds())
@@ -286,15 +295,96 @@ func TestAdminPageScreenshot(t *testing.T) {
 		}
 		testkit.Must(t, db.Exec(`UPDATE outbox_messages SET `+set+` WHERE id = ?`, append(args, rows[i].ID.String())...).Error)
 	}
+	// A relay that stopped: its heartbeat row, three minutes old.
+	hb := store.HeartbeatsOf(sqlitestore.Driver{}, ident.MustTable("outbox_messages"))
+	ctx := context.Background()
+	sqlDB, err := db.DB()
+	testkit.Must(t, err)
+	testkit.Must(t, hb.Create(ctx, sqlDB))
+	testkit.Must(t, hb.Beat(ctx, sqlDB, "orders-api-7d9f8c6b5-x2x7q-41-3f2a9c1e"))
+	testkit.Must(t, db.Exec(`UPDATE outbox_messages_relays SET seen_at = seen_at - ?`, (3*time.Minute+12*time.Second).Microseconds()).Error)
+
 	h, err := admin.New(db, admin.Config{AllowWrites: true, Title: "Orders service · outbox", Logger: testkit.Quiet()})
 	testkit.Must(t, err)
 	srv := httptest.NewServer(http.StripPrefix("/admin", h))
 	t.Cleanup(srv.Close)
+	return srv.URL + "/admin/", rows
+}
 
+// overflow lists what overflows horizontally: the page (wider than the
+// window) and each panel (a table, a pre, a dl, a .panel, anything directly
+// in main) whose content is wider than its box.
+const overflow = `(() => {
+	const out = [];
+	const de = document.documentElement;
+	if (de.scrollWidth > window.innerWidth) out.push("page " + de.scrollWidth + " > " + window.innerWidth);
+	for (const el of document.querySelectorAll("main, main > *, table, pre, dl, .panel")) {
+		if (el.scrollWidth > el.clientWidth) out.push(el.tagName.toLowerCase() + (el.id ? "#" + el.id : "") + " " + el.scrollWidth + " > " + el.clientWidth);
+	}
+	return out;
+})()`
+
+// The page fits a window 800 px wide and one 1280 px wide, with long
+// errors, types and identifiers: neither the page nor any of its panels
+// scrolls sideways. An ESC byte in an error is shown escaped (\x1b), as the
+// herald command prints it, and the relays panel says, in red, that no relay
+// was seen for three minutes while events are due. With
+// HERALD_ADMIN_SCREENSHOT_DIR set, a PNG of each width is written there.
+func TestAdminPageLayout(t *testing.T) {
+	browser := newBrowser(t)
+	url, rows := seedPage(t)
+	for _, width := range []int64{800, 1280} {
+		ctx := tab(t, browser)
+		testkit.Must(t, chromedp.Do(ctx,
+			chromedp.EmulateViewport(width, 900),
+			chromedp.Navigate(url),
+			chromedp.WaitVisible(chromedp.CSS("#dead")),
+		))
+		over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](overflow))
+		testkit.Must(t, err)
+		if len(over) > 0 {
+			t.Errorf("at %d px, the page overflows: %s", width, strings.Join(over, "; "))
+		}
+		if dir := os.Getenv("HERALD_ADMIN_SCREENSHOT_DIR"); dir != "" { // to look at
+			img, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+			testkit.Must(t, err)
+			testkit.Must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("admin-%d.png", width)), img, 0o644))
+		}
+		errText := text(t, ctx, "#dead-"+rows[4].ID.String()+" .err")
+		if strings.Contains(errText, "\x1b") || !strings.Contains(errText, `\x1b[31mchannel closed\x1b[0m`) {
+			t.Errorf("at %d px, the error with an ESC reads %q, want it escaped as \\x1b", width, errText)
+		}
+		none := text(t, ctx, "#relays-none")
+		if !strings.Contains(none, "No relay seen for 3m1") || !strings.Contains(none, "events wait") {
+			t.Errorf("at %d px, relays: %q", width, none)
+		}
+		color, err := chromedp.Run(ctx, chromedp.Evaluate[string](`getComputedStyle(document.querySelector("#relays-none")).color`))
+		testkit.Must(t, err)
+		if color != "rgb(180, 35, 24)" { // --bad
+			t.Errorf("at %d px, the no-relay line is %s, not red", width, color)
+		}
+
+		// The dead event with the longest names and error, on its own page.
+		long := rows[5].ID.String()
+		testkit.Must(t, chromedp.Do(ctx, chromedp.Navigate(url+"dead/"+long), chromedp.WaitVisible(chromedp.CSS("#payload"))))
+		over, err = chromedp.Run(ctx, chromedp.Evaluate[[]string](overflow))
+		testkit.Must(t, err)
+		if len(over) > 0 {
+			t.Errorf("at %d px, the dead event's page overflows: %s", width, strings.Join(over, "; "))
+		}
+	}
+}
+
+// The page as an operator sees it, at 1280 px, in a real browser: a PNG of
+// it is written to docs/admin.png when HERALD_UPDATE_SCREENSHOT=1, to
+// HERALD_ADMIN_SCREENSHOT when set, else to a temporary file.
+func TestAdminPageScreenshot(t *testing.T) {
+	browser := newBrowser(t)
+	url, rows := seedPage(t)
 	ctx := tab(t, browser)
 	testkit.Must(t, chromedp.Do(ctx,
-		chromedp.EmulateViewport(1200, 760),
-		chromedp.Navigate(srv.URL+"/admin/"),
+		chromedp.EmulateViewport(1280, 800),
+		chromedp.Navigate(url),
 		chromedp.WaitVisible(chromedp.CSS("#dead")),
 	))
 	if row := text(t, ctx, "#dead-"+rows[3].ID.String()); !strings.Contains(row, "maximum payload exceeded") {
@@ -303,10 +393,13 @@ func TestAdminPageScreenshot(t *testing.T) {
 	img, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	testkit.Must(t, err)
 	cfg, err := png.DecodeConfig(bytes.NewReader(img))
-	if err != nil || cfg.Width < 1000 || cfg.Height < 400 {
+	if err != nil || cfg.Width != 1280 || cfg.Height < 400 {
 		t.Fatalf("screenshot: %v, %dx%d", err, cfg.Width, cfg.Height)
 	}
 	out := os.Getenv("HERALD_ADMIN_SCREENSHOT")
+	if os.Getenv("HERALD_UPDATE_SCREENSHOT") == "1" {
+		out = filepath.Join("..", "..", "..", "docs", "admin.png") // from examples/internal/browser
+	}
 	if out == "" {
 		out = filepath.Join(t.TempDir(), "admin.png")
 	}
