@@ -16,7 +16,7 @@ import (
 	"gorm.io/gorm/logger"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", pure Go
 
-	"github.com/heraldgo/herald/examples/internal/exampledb"
+	"github.com/heraldgo/herald/internal/dberr"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 )
 
@@ -141,7 +141,7 @@ func open(ctx context.Context, t target, mustExist bool) (*gorm.DB, error) {
 	}
 	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
 	if err != nil {
-		return nil, fmt.Errorf("open %s at %s: %s", t.dialect, t.where, exampledb.RootCause(err))
+		return nil, fmt.Errorf("open %s at %s: %s", t.dialect, t.where, dberr.RootCause(err))
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -151,7 +151,7 @@ func open(ctx context.Context, t target, mustExist bool) (*gorm.DB, error) {
 	defer cancel()
 	if err := sqlDB.PingContext(pctx); err != nil {
 		_ = sqlDB.Close()
-		return nil, fmt.Errorf("cannot reach %s at %s: %s", t.dialect, t.where, exampledb.RootCause(err))
+		return nil, fmt.Errorf("cannot reach %s at %s: %s", t.dialect, t.where, dberr.RootCause(err))
 	}
 	return db, nil
 }

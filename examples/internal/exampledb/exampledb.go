@@ -6,9 +6,7 @@ package exampledb
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -16,7 +14,6 @@ import (
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
-	"github.com/jackc/pgx/v5/pgconn"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -24,25 +21,9 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", pure Go
-)
 
-// RootCause returns the short reason behind a connection error, not a
-// driver's chain, on one line.
-func RootCause(err error) string {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Message
-	}
-	var sysErr *os.SyscallError
-	if errors.As(err, &sysErr) {
-		return sysErr.Err.Error()
-	}
-	var netErr *net.OpError
-	if errors.As(err, &netErr) {
-		return netErr.Err.Error()
-	}
-	return strings.Join(strings.Fields(err.Error()), " ")
-}
+	"github.com/heraldgo/herald/internal/dberr"
+)
 
 // Open opens GORM on the database dbURL names, or on an SQLite file in
 // a temporary directory when it is empty, in a schema (PostgreSQL) or database
@@ -102,7 +83,7 @@ func openPostgres(ctx context.Context, dbURL, schema string, cfg *gorm.Config) (
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := admin.PingContext(pctx); err != nil {
-		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %s (unset DATABASE_URL to run on SQLite)", u.Host, RootCause(err))
+		return nil, fmt.Errorf("cannot reach PostgreSQL at %s: %s (unset DATABASE_URL to run on SQLite)", u.Host, dberr.RootCause(err))
 	}
 	if _, err := admin.ExecContext(ctx, `DROP SCHEMA IF EXISTS `+schema+` CASCADE; CREATE SCHEMA `+schema); err != nil {
 		return nil, fmt.Errorf("create schema %s: %w", schema, err)
@@ -149,7 +130,7 @@ func openMySQL(ctx context.Context, dbURL, name string, cfg *gorm.Config) (*gorm
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := admin.PingContext(pctx); err != nil {
-		return nil, fmt.Errorf("cannot reach MySQL at %s: %s (unset DATABASE_URL to run on SQLite)", host, RootCause(err))
+		return nil, fmt.Errorf("cannot reach MySQL at %s: %s (unset DATABASE_URL to run on SQLite)", host, dberr.RootCause(err))
 	}
 	for _, q := range []string{"DROP DATABASE IF EXISTS `" + name + "`", "CREATE DATABASE `" + name + "` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"} {
 		if _, err := admin.ExecContext(ctx, q); err != nil {
