@@ -3,7 +3,7 @@
 // events, and applies or prints the schema migrations, on PostgreSQL, SQLite
 // and MySQL/MariaDB.
 //
-//	go install github.com/heraldgo/herald/examples/cmd/herald@latest
+//	go install github.com/heraldgo/herald/cmd/herald@latest
 //	DATABASE_URL=postgres://... herald status
 //
 // Run "herald help" for the commands, the DATABASE_URLs it reads and its exit
