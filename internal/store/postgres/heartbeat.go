@@ -1,10 +1,6 @@
 package postgres
 
 import (
-	"context"
-	"database/sql"
-	"time"
-
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 )
@@ -12,49 +8,18 @@ import (
 // Heartbeats returns what the database knows of the relays of the outbox t.
 func (Driver) Heartbeats(t ident.Table) store.Heartbeats {
 	lt, rt := t.Derived("_leases").Quoted(), t.Derived("_relays").Quoted()
-	return heartbeats{
-		create: `CREATE TABLE IF NOT EXISTS ` + rt + ` (
+	return store.HeartbeatSQL{
+		Create: `CREATE TABLE IF NOT EXISTS ` + rt + ` (
     instance text        PRIMARY KEY,
     seen_at  timestamptz NOT NULL
 )`,
-		beat: `INSERT INTO ` + rt + ` (instance, seen_at) VALUES ($1, now())
+		Beat: `INSERT INTO ` + rt + ` (instance, seen_at) VALUES ($1, now())
 ON CONFLICT (instance) DO UPDATE SET seen_at = now()`,
-		prune:     `DELETE FROM ` + rt + ` WHERE seen_at < now() - $1::float8 * interval '1 millisecond'`,
-		instances: `SELECT instance, (extract(epoch FROM now() - seen_at) * 1000000)::bigint FROM ` + rt + ` ORDER BY seen_at DESC, instance`,
-		leases: `SELECT owner, count(*), (extract(epoch FROM max(expires_at) - now()) * 1000000)::bigint FROM ` + lt + `
+		Prune:     `DELETE FROM ` + rt + ` WHERE seen_at < now() - $1::float8 * interval '1 millisecond'`,
+		Instances: `SELECT instance, (extract(epoch FROM now() - seen_at) * 1000000)::bigint FROM ` + rt + ` ORDER BY seen_at DESC, instance`,
+		Leases: `SELECT owner, count(*), (extract(epoch FROM max(expires_at) - now()) * 1000000)::bigint FROM ` + lt + `
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,
-		due: `SELECT count(*), coalesce((extract(epoch FROM now() - min(available_at)) * 1000000)::bigint, 0) FROM ` + t.Quoted() + `
+		Due: `SELECT count(*), coalesce((extract(epoch FROM now() - min(available_at)) * 1000000)::bigint, 0) FROM ` + t.Quoted() + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= now()`,
-	}
-}
-
-type heartbeats struct{ create, beat, prune, instances, leases, due string }
-
-func (h heartbeats) Create(ctx context.Context, x store.Execer) error {
-	_, err := x.ExecContext(ctx, h.create)
-	return err
-}
-
-func (h heartbeats) Beat(ctx context.Context, x store.Execer, instance string) error {
-	_, err := x.ExecContext(ctx, h.beat, instance)
-	return err
-}
-
-func (h heartbeats) Prune(ctx context.Context, x store.Execer, olderThan time.Duration) error {
-	_, err := x.ExecContext(ctx, h.prune, ms(olderThan))
-	return err
-}
-
-func (h heartbeats) Instances(ctx context.Context, x store.Execer) ([]store.InstanceSeen, error) {
-	return store.Collect(ctx, x, h.instances, nil, func(rows *sql.Rows) (store.InstanceSeen, error) { return store.ScanInstance(rows) })
-}
-
-func (h heartbeats) Leases(ctx context.Context, x store.Execer) ([]store.LeaseOwner, error) {
-	return store.Collect(ctx, x, h.leases, nil, func(rows *sql.Rows) (store.LeaseOwner, error) { return store.ScanLeaseOwner(rows) })
-}
-
-func (h heartbeats) Due(ctx context.Context, x store.Execer) (int64, time.Duration, error) {
-	var n, us int64
-	err := store.QueryRow(ctx, x, h.due, nil, &n, &us)
-	return n, time.Duration(us) * time.Microsecond, err
+	}.Heartbeats()
 }
