@@ -95,8 +95,8 @@ func runUntilError(t *testing.T, r *walrelay.Relay, db *gorm.DB, slot string, du
 	case <-time.After(15 * time.Second):
 		exists := slotExists(t, db, slot)
 		cancel()
-		<-done
-		t.Fatalf("Run goes on after its slot was dropped (the slot exists again: %v)", exists)
+		stopped := <-done
+		t.Fatalf("Run goes on after its slot was dropped (the slot exists again: %v; cancelled, it returned %v)", exists, stopped)
 		return nil
 	}
 }
@@ -170,7 +170,7 @@ func TestLostSlotStopsNewRun(t *testing.T) {
 	if lost.Seen.IsZero() {
 		t.Errorf("SlotLostError %+v: no time of the row", lost)
 	}
-	checkLost(t, walrelay.Setup(context.Background(), rs.dsn, lostCfg(rs.slot)), rs.slot, before)
+	_ = checkLost(t, walrelay.Setup(context.Background(), rs.dsn, lostCfg(rs.slot)), rs.slot, before)
 	if slotExists(t, db, rs.slot) {
 		t.Fatal("the slot was made again")
 	}
@@ -180,7 +180,7 @@ func TestLostSlotStopsNewRun(t *testing.T) {
 		dropSlot(t, db, rs.slot)
 		r, err := walrelay.New(rs.dsn, pub, lostCfg(rs.slot))
 		testkit.Must(t, err)
-		checkLost(t, runUntilError(t, r, db, rs.slot, nil), rs.slot, walEnd(t, db))
+		_ = checkLost(t, runUntilError(t, r, db, rs.slot, nil), rs.slot, walEnd(t, db))
 		if slotExists(t, db, rs.slot) {
 			t.Fatal("the slot set up and dropped was made again")
 		}

@@ -53,10 +53,10 @@ func prose(text string) (lines []string, numbers []int) {
 	code := regexp.MustCompile("`+[^`]*`+")
 	for i, l := range strings.Split(text, "\n") {
 		if m := fence.FindStringSubmatch(l); m != nil {
-			switch {
-			case inFence == "":
+			switch inFence {
+			case "":
 				inFence = m[1]
-			case inFence == m[1]:
+			case m[1]:
 				inFence = ""
 			}
 			continue
@@ -84,10 +84,10 @@ func anchors(text string) map[string]bool {
 	inFence := ""
 	for _, l := range strings.Split(text, "\n") {
 		if m := fence.FindStringSubmatch(l); m != nil {
-			switch {
-			case inFence == "":
+			switch inFence {
+			case "":
 				inFence = m[1]
-			case inFence == m[1]:
+			case m[1]:
 				inFence = ""
 			}
 			continue

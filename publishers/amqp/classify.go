@@ -72,7 +72,7 @@ func checkFrames(exchange, key string, pub amqp091.Publishing, frameMax, maxBody
 		size += 4 // the table's length
 		for k, v := range pub.Headers {
 			if len(k) > shortstrMax {
-				return fmt.Errorf("%w: header name of %d bytes, over %d: %.40q...", ErrUnframable, len(k), shortstrMax, k)
+				return fmt.Errorf("%w: header name of %d bytes, over %d: %.40q (cut)", ErrUnframable, len(k), shortstrMax, k)
 			}
 			s, ok := v.(string)
 			if !ok {
