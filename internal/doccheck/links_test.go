@@ -45,12 +45,10 @@ func markdownFiles(t *testing.T) (string, []string) {
 
 var fence = regexp.MustCompile("^\\s*(```|~~~)")
 
-// prose returns the lines of a Markdown text outside fenced code blocks, with
-// inline code spans blanked (a link inside backticks is not a link), each with
-// its line number.
-func prose(text string) (lines []string, numbers []int) {
+// outsideFences returns the lines of a Markdown text outside fenced code
+// blocks, each with its line number.
+func outsideFences(text string) (lines []string, numbers []int) {
 	inFence := ""
-	code := regexp.MustCompile("`+[^`]*`+")
 	for i, l := range strings.Split(text, "\n") {
 		if m := fence.FindStringSubmatch(l); m != nil {
 			switch inFence {
@@ -61,11 +59,22 @@ func prose(text string) (lines []string, numbers []int) {
 			}
 			continue
 		}
-		if inFence != "" {
-			continue
+		if inFence == "" {
+			lines = append(lines, l)
+			numbers = append(numbers, i+1)
 		}
-		lines = append(lines, code.ReplaceAllString(l, "``"))
-		numbers = append(numbers, i+1)
+	}
+	return lines, numbers
+}
+
+// prose returns the lines of a Markdown text outside fenced code blocks, with
+// inline code spans blanked (a link inside backticks is not a link), each with
+// its line number.
+func prose(text string) (lines []string, numbers []int) {
+	code := regexp.MustCompile("`+[^`]*`+")
+	lines, numbers = outsideFences(text)
+	for i, l := range lines {
+		lines[i] = code.ReplaceAllString(l, "``")
 	}
 	return lines, numbers
 }
@@ -81,20 +90,8 @@ func anchors(text string) map[string]bool {
 	heading := regexp.MustCompile(`^#{1,6}\s+(.*?)\s*#*\s*$`)
 	link := regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
 	html := regexp.MustCompile(`<a\s+(?:name|id)="([^"]+)"|\sid="([^"]+)"`)
-	inFence := ""
-	for _, l := range strings.Split(text, "\n") {
-		if m := fence.FindStringSubmatch(l); m != nil {
-			switch inFence {
-			case "":
-				inFence = m[1]
-			case m[1]:
-				inFence = ""
-			}
-			continue
-		}
-		if inFence != "" {
-			continue
-		}
+	lines, _ := outsideFences(text)
+	for _, l := range lines {
 		for _, m := range html.FindAllStringSubmatch(l, -1) {
 			out[m[1]+m[2]] = true
 		}
