@@ -1,0 +1,58 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// cleaner deletes published events older than Retention, a batch at a time, on
+// one instance at a time where the database can tell (PostgreSQL: an advisory
+// lock).
+func (r *Relay) cleaner(ctx context.Context) {
+	lim := newLimiter(30 * time.Second)
+	for sleep(ctx, jitter(r.cfg.CleanupInterval)) {
+		n, err := r.Cleanup(ctx)
+		if err != nil && ctx.Err() == nil && lim.allow() {
+			r.log.Warn("cleanup failed", "err", err, "suppressed", lim.suppressed())
+		} else if n > 0 {
+			r.log.Debug("cleanup", "deleted", n)
+		}
+	}
+}
+
+// Cleanup deletes published events older than Retention now, in batches of
+// CleanupBatch, unless another instance is cleaning; it returns how many it
+// deleted. The cleaner calls it every CleanupInterval when Retention > 0.
+//
+// With DropPartitions on a partitioned outbox it first creates the coming
+// partitions and drops those past the retention (see Config.DropPartitions),
+// then deletes in batches (and counts) only the default partition's events
+// past the retention.
+func (r *Relay) Cleanup(ctx context.Context) (int64, error) {
+	if r.cfg.Retention <= 0 {
+		return 0, nil
+	}
+	clean := r.st.Cleanup
+	if r.partitioned.Load() {
+		created, dropped, err := r.st.MaintainPartitions(ctx, r.db, r.cfg.PartitionInterval, r.cfg.Retention)
+		if created > 0 || dropped > 0 {
+			r.log.Debug("partitions", "created", created, "dropped", dropped)
+		}
+		if err != nil {
+			r.log.Warn("partitions: some could not be created or dropped; retried at the next cleanup", "err", err)
+		}
+		clean = r.st.CleanupDefault
+	}
+	var total int64
+	for {
+		n, err := clean(ctx, r.db, r.cfg.Retention, r.cfg.CleanupBatch)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("relay: cleanup: %w", err)
+		}
+		if n < int64(r.cfg.CleanupBatch) {
+			return total, nil
+		}
+	}
+}
