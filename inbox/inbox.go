@@ -113,9 +113,17 @@ var ErrRetentionTooShort = errors.New("inbox: retention does not outlast the rel
 
 // Validate reports what is wrong with c after defaults are applied.
 func (c Config) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parse applies c's defaults, checks c and returns its Table parsed: New
+// calls it and keeps the table; Validate calls it on a copy.
+func (c *Config) parse() (ident.Table, error) {
 	c.setDefaults()
 	var errs []error
-	if _, err := ident.ParseTable(c.Table); err != nil {
+	table, err := ident.ParseTable(c.Table)
+	if err != nil {
 		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
 	if c.Retention < 0 || c.CleanupInterval < 0 || c.CleanupBatch < 0 {
@@ -128,9 +136,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("%w: %v <= %v", ErrRetentionTooShort, c.Retention, c.RetryHorizon))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("inbox: invalid config: %w", err)
+		return ident.Table{}, fmt.Errorf("inbox: invalid config: %w", err)
 	}
-	return nil
+	return table, nil
 }
 
 // Inbox deduplicates messages for Watermill handlers in their own transactions.
@@ -149,21 +157,21 @@ type Inbox struct {
 // DisableAutoCreate), checks that an existing one has what every migration
 // makes (ErrSchemaOutdated) and returns the inbox.
 func New(db *gorm.DB, cfg Config) (*Inbox, error) {
-	if err := cfg.Validate(); err != nil {
+	table, err := cfg.parse()
+	if err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
 	if db == nil {
 		return nil, errors.New("inbox: db is required")
 	}
-	conn, err := drivers.Open(db, cfg.Table)
+	conn, err := drivers.Open(db, "") // the table is parsed
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	if err := drivers.CheckSQLite(db); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	in := &Inbox{db: db, cfg: cfg, table: conn.Table, sqlDB: conn.DB, store: conn.Driver.Inbox(conn.Table),
+	in := &Inbox{db: db, cfg: cfg, table: table, sqlDB: conn.DB, store: conn.Driver.Inbox(table),
 		tracer: telemetry.Tracer(cfg.TracerProvider), log: cfg.Logger.With("component", "herald.inbox")}
 	if !cfg.DisableAutoCreate {
 		if err := in.ensureTable(context.Background()); err != nil {

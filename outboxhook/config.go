@@ -130,9 +130,18 @@ func (c *Config) setDefaults() {
 // nor StorageWAL, or a WALPrefix with a NUL byte or invalid UTF-8. Whether
 // the database can keep StorageWAL is checked at db.Use.
 func (c Config) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parse applies c's defaults, checks c and returns its Table parsed: New
+// calls it and keeps the table (and the error, for db.Use); Validate calls
+// it on a copy.
+func (c *Config) parse() (ident.Table, error) {
 	c.setDefaults()
 	var errs []error
-	if _, err := ident.ParseTable(c.Table); err != nil {
+	table, err := ident.ParseTable(c.Table)
+	if err != nil {
 		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
 	if c.MaxPayloadBytes < 0 || c.MaxPayloadBytes > MaxPayloadLimit {
@@ -145,7 +154,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("WALPrefix %w", err))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("outboxhook: invalid config: %w", err)
+		return ident.Table{}, fmt.Errorf("outboxhook: invalid config: %w", err)
 	}
-	return nil
+	return table, nil
 }

@@ -19,11 +19,12 @@ const Name = "herald:outbox"
 // outbox table (or, with StorageWAL, to PostgreSQL's WAL), in the transaction
 // of the statement that saves them.
 type Plugin struct {
-	cfg   Config
-	table ident.Table
-	out   store.Outbox // the outbox table (or the WAL) in the database's implementation
-	caps  store.Caps   // what the database can do
-	dest  string       // where out writes, for errors: "insert into outbox_messages"
+	cfg    Config
+	table  ident.Table
+	cfgErr error        // what is wrong with cfg (Config.Validate), returned at db.Use
+	out    store.Outbox // the outbox table (or the WAL) in the database's implementation
+	caps   store.Caps   // what the database can do
+	dest   string       // where out writes, for errors: "insert into outbox_messages"
 
 	raw     gorm.ConnPool // the pool wrapped at db.Use
 	wrapped *pool         // its wrapper
@@ -34,8 +35,8 @@ type Plugin struct {
 // (Config.Validate) and the outbox table created when missing at db.Use, which
 // fails if either fails.
 func New(cfg Config) *Plugin {
-	cfg.setDefaults()
-	return &Plugin{cfg: cfg}
+	table, err := cfg.parse()
+	return &Plugin{cfg: cfg, table: table, cfgErr: err}
 }
 
 // Name returns [Name].
@@ -73,14 +74,13 @@ func (p *Plugin) useWAL(ctx context.Context, conn drivers.Conn) error {
 // inserts the events in the same transaction; herald:outbox_finish_* runs after
 // the commit and makes the aggregates forget events that are now committed.
 func (p *Plugin) Initialize(db *gorm.DB) error {
-	if err := p.cfg.Validate(); err != nil {
-		return err
+	if p.cfgErr != nil {
+		return p.cfgErr
 	}
-	conn, err := drivers.Open(db, p.cfg.Table)
+	conn, err := drivers.Open(db, "") // the table is parsed (New)
 	if err != nil {
 		return fmt.Errorf("outboxhook: %w", err)
 	}
-	p.table = conn.Table
 	if err := drivers.Check(db); err != nil {
 		return fmt.Errorf("outboxhook: %w", err)
 	}

@@ -205,21 +205,38 @@ func setDefault[T comparable](v *T, def T) {
 
 // Validate reports what is wrong with c after defaults are applied.
 func (c Config) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parsed are the names of a Config, parsed (New keeps them on the Relay).
+type parsed struct {
+	table   ident.Table
+	channel ident.Name
+}
+
+// parse applies c's defaults, checks c and returns its names parsed: New
+// calls it and keeps them; Validate calls it on a copy.
+func (c *Config) parse() (parsed, error) {
 	c.setDefaults()
-	var errs []error
+	var (
+		p    parsed
+		errs []error
+		err  error
+	)
 	check := func(ok bool, format string, args ...any) {
 		if !ok {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
-	if t, err := ident.ParseTable(c.Table); err != nil {
+	if p.table, err = ident.ParseTable(c.Table); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	} else if c.DropPartitions {
-		if err := t.CheckPartitioned(); err != nil {
+		if err := p.table.CheckPartitioned(); err != nil {
 			errs = append(errs, fmt.Errorf("invalid Table for DropPartitions: %w", err))
 		}
 	}
-	if _, err := ident.ParseName(c.Channel); err != nil {
+	if p.channel, err = ident.ParseName(c.Channel); err != nil {
 		errs = append(errs, fmt.Errorf("invalid Channel: %w", err))
 	}
 	check(c.BatchSize > 0, "BatchSize is %d, must be positive", c.BatchSize)
@@ -238,9 +255,9 @@ func (c Config) Validate() error {
 	check(!c.Ordered || c.LeaseDuration >= 3*c.PublishTimeout,
 		"LeaseDuration %v must be at least 3 times PublishTimeout %v", c.LeaseDuration, c.PublishTimeout)
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("relay: invalid config: %w", err)
+		return parsed{}, fmt.Errorf("relay: invalid config: %w", err)
 	}
-	return nil
+	return p, nil
 }
 
 // RetryHorizon is the sum of the un-jittered backoffs of MaxAttempts-1

@@ -24,7 +24,7 @@ func (r *Relay) listen(ctx context.Context) {
 	w := r.drv.Waker()
 	for ctx.Err() == nil {
 		retry(ctx, r.log, "listen for wake-ups", func(ctx context.Context) error {
-			err := w.Listen(ctx, r.db, r.cfg.Channel, r.Wake)
+			err := w.Listen(ctx, r.db, string(r.channel), r.Wake)
 			if ctx.Err() != nil {
 				return nil //nolint:nilerr // cancelled: the listen's error is the cancellation; stop retrying
 			}

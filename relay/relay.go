@@ -29,19 +29,20 @@ var ErrSQLiteSettings = drivers.ErrSQLiteSettings
 
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
 type Relay struct {
-	cfg    Config
-	table  ident.Table
-	db     *sql.DB
-	pub    message.Publisher
-	drv    store.Driver     // the database's implementation
-	caller *outbound.Caller // the publish calls to pub
-	st     store.Relay      // the outbox table in it
-	log    *slog.Logger
-	wake   chan struct{}
-	leases *leases // ordered mode only
-	m      *metrics
-	hooks  testHooks
-	health health // this instance's evidence of outages, for the outage recovery
+	cfg     Config
+	table   ident.Table
+	channel ident.Name // the LISTEN/NOTIFY channel, Config.Channel
+	db      *sql.DB
+	pub     message.Publisher
+	drv     store.Driver     // the database's implementation
+	caller  *outbound.Caller // the publish calls to pub
+	st      store.Relay      // the outbox table in it
+	log     *slog.Logger
+	wake    chan struct{}
+	leases  *leases // ordered mode only
+	m       *metrics
+	hooks   testHooks
+	health  health // this instance's evidence of outages, for the outage recovery
 
 	failLog, deadLog *topicLimiter // log lines about failed and dead events, per topic
 
@@ -57,14 +58,14 @@ type Relay struct {
 // watermill-nats on core NATS) is logged as a warning: the relay would mark
 // events the broker may lose.
 func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
-	if err := cfg.Validate(); err != nil {
+	names, err := cfg.parse()
+	if err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
 	if db == nil || pub == nil {
 		return nil, errors.New("relay: db and publisher are required")
 	}
-	conn, err := drivers.Open(db, cfg.Table)
+	conn, err := drivers.Open(db, "") // the table is parsed: names.table
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
@@ -72,16 +73,17 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	r := &Relay{
-		cfg:    cfg,
-		table:  conn.Table,
-		db:     conn.DB,
-		pub:    pub,
-		drv:    conn.Driver,
-		st:     conn.Driver.Relay(conn.Table),
-		caller: outbound.NewCaller(pub, cfg.PublishTimeout, telemetry.Tracer(cfg.TracerProvider), cfg.MessagingSystem),
-		log:    cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
-		wake:   make(chan struct{}, 1),
-		m:      newMetrics(cfg.MeterProvider, cfg.Table),
+		cfg:     cfg,
+		table:   names.table,
+		channel: names.channel,
+		db:      conn.DB,
+		pub:     pub,
+		drv:     conn.Driver,
+		st:      conn.Driver.Relay(names.table),
+		caller:  outbound.NewCaller(pub, cfg.PublishTimeout, telemetry.Tracer(cfg.TracerProvider), cfg.MessagingSystem),
+		log:     cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
+		wake:    make(chan struct{}, 1),
+		m:       newMetrics(cfg.MeterProvider, cfg.Table),
 
 		failLog: newTopicLimiter(30*time.Second, maxLogTopics),
 		deadLog: newTopicLimiter(30*time.Second, maxLogTopics),
