@@ -168,7 +168,7 @@ func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
-	if err := drivers.CheckSQLite(db); err != nil {
+	if err := drivers.CheckConn(db); err != nil {
 		return nil, fmt.Errorf("inbox: %w", err)
 	}
 	in := &Inbox{db: db, cfg: cfg, table: table, sqlDB: conn.DB, store: conn.Driver.Inbox(table),

@@ -69,7 +69,7 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	if err := drivers.CheckSQLite(db); err != nil {
+	if err := drivers.CheckConn(db); err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	r := &Relay{

@@ -88,18 +88,27 @@ func ByName(name string) (store.Driver, error) {
 var ErrClientFoundRows = errors.New("MySQL needs clientFoundRows=true in the DSN: without it an UPDATE that changes no column reports 0 rows, " +
 	"and the events of a save that changed nothing would never be written")
 
-// Check reports a connection setting Herald cannot work with: on MySQL, a
-// DSN without clientFoundRows=true (read from gorm.io/driver/mysql's parsed
-// DSN; a dialector that does not expose one is not checked); on SQLite, what
-// CheckSQLite reports.
-func Check(db *gorm.DB) error {
-	if db.Dialector == nil {
-		return nil
-	}
-	if db.Dialector.Name() == "sqlite" {
+// CheckConn reports a connection setting no part of Herald can work with,
+// by db's dialect: on SQLite, what CheckSQLite reports; nothing elsewhere.
+// The relay and the inbox call it; the write path calls Check, which adds
+// what only the write path needs.
+func CheckConn(db *gorm.DB) error {
+	if db.Dialector != nil && db.Dialector.Name() == "sqlite" {
 		return CheckSQLite(db)
 	}
-	if db.Dialector.Name() != "mysql" {
+	return nil
+}
+
+// Check reports a connection setting Herald's write path (the outbox hook)
+// cannot work with: what CheckConn reports and, on MySQL, a DSN without
+// clientFoundRows=true (read from gorm.io/driver/mysql's parsed DSN; a
+// dialector that does not expose one is not checked; ErrClientFoundRows says
+// why the write path needs it).
+func Check(db *gorm.DB) error {
+	if err := CheckConn(db); err != nil {
+		return err
+	}
+	if db.Dialector == nil || db.Dialector.Name() != "mysql" {
 		return nil
 	}
 	v := reflect.ValueOf(db.Dialector)
