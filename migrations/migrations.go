@@ -40,12 +40,12 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
-	"testing/fstest"
 
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/memfs"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/mysql"
 	"github.com/heraldgo/herald/internal/store/postgres"
@@ -224,7 +224,7 @@ func Goose(fsys fs.FS) (fs.FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	out := fstest.MapFS{}
+	out := memfs.FS{}
 	for _, m := range migs {
 		up, err := fs.ReadFile(fsys, m.Up)
 		if err != nil {
@@ -235,7 +235,7 @@ func Goose(fsys fs.FS) (fs.FS, error) {
 			return nil, err
 		}
 		name := fmt.Sprintf("%04d_%s.sql", m.Version, m.Name)
-		out[name] = &fstest.MapFile{Data: append(append(up, '\n'), down...), Mode: 0o444}
+		out[name] = append(append(up, '\n'), down...)
 	}
 	return out, nil
 }

@@ -10,13 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"testing/fstest"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/memfs"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -35,12 +35,11 @@ func Migrations() fs.FS {
 // PartitionedMigrations are Migrations with the outbox partitioned by
 // occurred_at (0001 replaced), for retention by partition drop.
 func PartitionedMigrations() fs.FS {
-	out := fstest.MapFS{}
+	out := memfs.FS{}
 	for _, set := range []fs.FS{Migrations(), partitionedOnly()} {
 		names, _ := fs.Glob(set, "*.sql")
 		for _, n := range names {
-			b, _ := fs.ReadFile(set, n)
-			out[n] = &fstest.MapFile{Data: b, Mode: 0o444}
+			out[n], _ = fs.ReadFile(set, n)
 		}
 	}
 	return out
