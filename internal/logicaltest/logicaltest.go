@@ -21,7 +21,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -30,6 +29,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // Settings are the server's settings beyond pgtest's: logical decoding, and
@@ -87,7 +87,7 @@ func start() {
 // DSN creates a database for the test on the package's server (starting it
 // at the first call) and returns its URL (user postgres, a superuser). The
 // database and its replication slots are dropped when the test ends.
-func DSN(t testing.TB) string {
+func DSN(t tb.TB) string {
 	t.Helper()
 	if !mainCalled {
 		t.Fatal("logicaltest: call logicaltest.Main(m) (or Wrap) from TestMain, which stops the server")
@@ -114,7 +114,7 @@ func DSN(t testing.TB) string {
 
 // drop drops the database and, first, its slots (a database with a slot
 // cannot be dropped), ending the walsenders that still stream them.
-func drop(t testing.TB, name string) {
+func drop(t tb.TB, name string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for range 50 {
@@ -137,7 +137,7 @@ WHERE database = $1 AND NOT active`, name)
 }
 
 // Open opens GORM on a new database (see DSN), closed when the test ends.
-func Open(t testing.TB, cfg *gorm.Config) (*gorm.DB, string) {
+func Open(t tb.TB, cfg *gorm.Config) (*gorm.DB, string) {
 	t.Helper()
 	dsn := DSN(t)
 	if cfg == nil {
@@ -162,7 +162,7 @@ func Open(t testing.TB, cfg *gorm.Config) (*gorm.DB, string) {
 // test_decoding plugin on db's database, from which Messages reads, and
 // returns its name: a new one, since slot names are the server's, not a
 // database's.
-func TestDecodingSlot(t testing.TB, db *gorm.DB) string {
+func TestDecodingSlot(t tb.TB, db *gorm.DB) string {
 	t.Helper()
 	name := SlotName()
 	if err := db.Exec(`SELECT pg_create_logical_replication_slot(?, 'test_decoding')`, name).Error; err != nil {
@@ -178,7 +178,7 @@ func SlotName() string { return pgtest.Name("herald_s_") }
 // Messages consumes what slot (made by TestDecodingSlot) decoded since the
 // last call and returns the contents of the transactional logical messages
 // with prefix, in commit order.
-func Messages(t testing.TB, db *gorm.DB, slot, prefix string) []string {
+func Messages(t tb.TB, db *gorm.DB, slot, prefix string) []string {
 	t.Helper()
 	var lines []string
 	if err := db.Raw(`SELECT data FROM pg_logical_slot_get_changes(?, NULL, NULL)`, slot).Scan(&lines).Error; err != nil {

@@ -9,12 +9,12 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	_ "github.com/go-sql-driver/mysql" // database/sql driver "mysql"
 
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // Server is the MySQL or MariaDB server tests use: HERALD_TEST_MYSQL_DSN
@@ -51,7 +51,7 @@ var (
 
 // Admin returns a shared handle on the server (no database), for set-up
 // statements.
-func Admin(t testing.TB) *sql.DB {
+func Admin(t tb.TB) *sql.DB {
 	t.Helper()
 	adminOnce.Do(func() {
 		admin, adminErr = sql.Open("mysql", DSN(Server(), ""))
@@ -69,7 +69,7 @@ func Admin(t testing.TB) *sql.DB {
 
 // Database makes a database of the test's own (utf8mb4, binary collation),
 // dropped when it ends, and returns the DSN that opens it.
-func Database(t testing.TB) string {
+func Database(t tb.TB) string {
 	t.Helper()
 	a := Admin(t)
 	name := pgtest.Name("herald_t_")

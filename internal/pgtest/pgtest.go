@@ -10,13 +10,14 @@ import (
 	"net/url"
 	"os"
 	"sync"
-	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // DefaultDSN is the database tests use unless HERALD_TEST_DATABASE_URL or
@@ -40,7 +41,7 @@ var (
 )
 
 // Admin returns a shared database/sql handle on DSN(), for set-up statements.
-func Admin(t testing.TB) *sql.DB {
+func Admin(t tb.TB) *sql.DB {
 	t.Helper()
 	adminOnce.Do(func() {
 		admin, adminErr = sql.Open("pgx", DSN())
@@ -65,7 +66,7 @@ func Name(prefix string) string {
 
 // Schema creates a new schema, dropped with everything in it when the test ends,
 // and returns its name and a DSN whose search_path is that schema.
-func Schema(t testing.TB) (name, dsn string) {
+func Schema(t tb.TB) (name, dsn string) {
 	t.Helper()
 	db := Admin(t)
 	name = Name("herald_t_")
@@ -82,7 +83,7 @@ func Schema(t testing.TB) (name, dsn string) {
 
 // SchemaDB is Schema's database opened with database/sql (driver "pgx"),
 // closed when the test ends, before the schema is dropped.
-func SchemaDB(t testing.TB) *sql.DB {
+func SchemaDB(t tb.TB) *sql.DB {
 	t.Helper()
 	_, dsn := Schema(t)
 	db, err := sql.Open("pgx", dsn)
@@ -108,14 +109,14 @@ func WithSearchPath(dsn, schema string) string {
 // Open opens GORM on a new schema (see Schema). A nil cfg means a default config
 // with a logger that prints only errors the test did not expect to see: none.
 // The connections close when the test ends.
-func Open(t testing.TB, cfg *gorm.Config) *gorm.DB {
+func Open(t tb.TB, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
 	_, dsn := Schema(t)
 	return OpenDSN(t, dsn, cfg)
 }
 
 // OpenDSN opens GORM on dsn and closes it when the test ends.
-func OpenDSN(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
+func OpenDSN(t tb.TB, dsn string, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
 	if cfg == nil {
 		cfg = &gorm.Config{}
@@ -197,7 +198,7 @@ func WithHost(dsn, hostport, appName string) string {
 
 // Terminate ends every backend whose application_name is appName and returns how
 // many it ended.
-func Terminate(t testing.TB, appName string) int {
+func Terminate(t tb.TB, appName string) int {
 	t.Helper()
 	var n int
 	err := Admin(t).QueryRow(`SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1`, appName).Scan(&n)
@@ -209,7 +210,7 @@ func Terminate(t testing.TB, appName string) int {
 
 // Setup opens GORM on a new schema (see Schema), registers plugin (when not
 // nil) and migrates models. It returns the handle and the schema's DSN.
-func Setup(t testing.TB, plugin gorm.Plugin, models ...any) (*gorm.DB, string) {
+func Setup(t tb.TB, plugin gorm.Plugin, models ...any) (*gorm.DB, string) {
 	t.Helper()
 	_, dsn := Schema(t)
 	db := OpenDSN(t, dsn, nil)
@@ -243,7 +244,7 @@ func OpenPool(dsn string) (*gorm.DB, error) {
 
 // DropSchemaAtCleanup drops the schema name, with everything in it, when the
 // test ends: for code under test that creates its own schema.
-func DropSchemaAtCleanup(t testing.TB, name string) {
+func DropSchemaAtCleanup(t tb.TB, name string) {
 	t.Helper()
 	db := Admin(t)
 	t.Cleanup(func() { _, _ = db.Exec(`DROP SCHEMA IF EXISTS ` + name + ` CASCADE`) })

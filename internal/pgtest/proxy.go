@@ -1,9 +1,8 @@
 package pgtest
 
 import (
-	"testing"
-
 	"github.com/heraldgo/herald/internal/tcpproxy"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // Proxy is a TCP proxy to a server, for tests that take the database away and
@@ -12,7 +11,7 @@ type Proxy = tcpproxy.Proxy
 
 // StartProxy proxies a free local port to target (host:port). It is closed when
 // the test ends.
-func StartProxy(t testing.TB, target string) *Proxy {
+func StartProxy(t tb.TB, target string) *Proxy {
 	t.Helper()
 	p, err := tcpproxy.Start(target)
 	if err != nil {

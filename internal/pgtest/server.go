@@ -13,8 +13,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
-	"testing"
 	"time"
+
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // ErrNoBinaries is returned (wrapped) by StartServer when initdb or pg_ctl
@@ -29,7 +30,7 @@ var ErrNoBinaries = errors.New("pgtest: cannot run a private PostgreSQL server h
 // test ends; only that server is stopped. It needs initdb and pg_ctl on the
 // PATH (or in PG_BIN), and, when run as root, the system user postgres to run
 // them as; the test is skipped when they are missing.
-func Server(t testing.TB, settings ...string) string {
+func Server(t tb.TB, settings ...string) string {
 	t.Helper()
 	s, err := StartServer(settings...)
 	if errors.Is(err, ErrNoBinaries) {

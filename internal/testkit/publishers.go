@@ -9,13 +9,14 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // NewGoChannel returns an in-process pub/sub that delivers in publish order
@@ -59,7 +60,7 @@ type Failing struct {
 
 // NewFailing returns a Failing over pub; a hanging call returns when the test
 // ends.
-func NewFailing(t testing.TB, pub message.Publisher, mode FailMode, match func(*message.Message) bool) *Failing {
+func NewFailing(t tb.TB, pub message.Publisher, mode FailMode, match func(*message.Message) bool) *Failing {
 	f := &Failing{Publisher: pub, Match: match, Mode: mode, done: make(chan struct{})}
 	t.Cleanup(func() { close(f.done) })
 	return f
@@ -172,7 +173,7 @@ type Blocking struct {
 }
 
 // NewBlocking returns a Blocking publisher, released when the test ends.
-func NewBlocking(t testing.TB) *Blocking {
+func NewBlocking(t tb.TB) *Blocking {
 	b := &Blocking{entered: make(chan struct{}), release: make(chan struct{})}
 	t.Cleanup(b.Release)
 	return b
@@ -238,7 +239,7 @@ func (c *Counting) Published() map[string]int {
 
 // MustNotPublish fails the test if it is ever called: for a router that must
 // not publish what a handler returns.
-type MustNotPublish struct{ T testing.TB }
+type MustNotPublish struct{ T tb.TB }
 
 // Publish fails the test.
 func (p MustNotPublish) Publish(topic string, _ ...*message.Message) error {
@@ -320,7 +321,7 @@ func (r *Received) Snapshot() []*message.Message {
 
 // Consume subscribes to topic until the test ends and records every message,
 // acking it.
-func Consume(t testing.TB, sub message.Subscriber, topic string) *Received {
+func Consume(t tb.TB, sub message.Subscriber, topic string) *Received {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -379,7 +380,7 @@ func OrderViolations(ids map[uuid.UUID][]uuid.UUID, msgs []*message.Message) int
 
 // CheckOrder fails the test if the first deliveries of an aggregate's events
 // in got came out of commit order (see OrderViolations).
-func CheckOrder(t testing.TB, ids map[uuid.UUID][]uuid.UUID, got *Received) {
+func CheckOrder(t tb.TB, ids map[uuid.UUID][]uuid.UUID, got *Received) {
 	t.Helper()
 	if n := OrderViolations(ids, got.Snapshot()); n > 0 {
 		t.Fatalf("%d order violations", n)
@@ -387,7 +388,7 @@ func CheckOrder(t testing.TB, ids map[uuid.UUID][]uuid.UUID, got *Received) {
 }
 
 // RunRouter runs r until the test ends, and returns once it is running.
-func RunRouter(t testing.TB, r *message.Router) {
+func RunRouter(t tb.TB, r *message.Router) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -408,7 +409,7 @@ func RunRouter(t testing.TB, r *message.Router) {
 // fails the test if run returns an error or does not return within 30s of
 // its cancel. returned tells whether run returned before it was cancelled,
 // which a relay never should.
-func Run(t testing.TB, run func(context.Context) error) (returned *atomic.Bool, stop func()) {
+func Run(t tb.TB, run func(context.Context) error) (returned *atomic.Bool, stop func()) {
 	returned = &atomic.Bool{}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

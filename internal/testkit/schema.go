@@ -2,18 +2,18 @@ package testkit
 
 import (
 	"context"
-	"testing"
 
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // TableExists reports whether the outbox-shaped or inbox-shaped table named
 // name exists in db, asked the way Herald asks (its store's Exists).
-func TableExists(t testing.TB, db *gorm.DB, name string) bool {
+func TableExists(t tb.TB, db *gorm.DB, name string) bool {
 	t.Helper()
 	d, err := drivers.For(db)
 	Must(t, err)

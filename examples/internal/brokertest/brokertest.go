@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -23,6 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	amqp091 "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 // NATSURL is the shared NATS server (HERALD_TEST_NATS_URL overrides).
@@ -98,7 +99,7 @@ func NATSSubscriberConfig(url, durable string) wmnats.SubscriberConfig {
 
 // NATS returns a JetStream publisher and subscriber on url, closed and with
 // their streams deleted when the test ends.
-func NATS(t testing.TB, url string, topics ...string) (message.Publisher, message.Subscriber) {
+func NATS(t tb.TB, url string, topics ...string) (message.Publisher, message.Subscriber) {
 	t.Helper()
 	pub, err := wmnats.NewPublisher(NATSPublisherConfig(url), watermill.NopLogger{})
 	if err != nil {
@@ -136,7 +137,7 @@ func DeleteStreams(url string, names ...string) {
 // the queue), closed and with the queues deleted when the test ends. The
 // publisher waits for RabbitMQ's confirm (Publish.ConfirmDelivery, which the
 // preset leaves off): without it Publish returns before the message is stored.
-func AMQP(t testing.TB, topics ...string) (message.Publisher, message.Subscriber) {
+func AMQP(t tb.TB, topics ...string) (message.Publisher, message.Subscriber) {
 	t.Helper()
 	cfg := amqp.NewDurableQueueConfig(AMQPURL())
 	cfg.Publish.ConfirmDelivery = true
@@ -188,7 +189,7 @@ type NATSServer struct {
 
 // StartNATS starts a nats-server with JetStream on a free port, stored in a
 // temporary directory; it is killed (by pid) when the test ends.
-func StartNATS(t testing.TB) *NATSServer {
+func StartNATS(t tb.TB) *NATSServer {
 	t.Helper()
 	s, err := NewNATSServer(t.TempDir())
 	if err != nil {
@@ -281,7 +282,7 @@ type NATSCluster struct {
 // replicated streams), each on free ports with a store of its own, and
 // waits until JetStream answers on each; the nodes are killed (by pid) when
 // the test ends.
-func StartNATSCluster(t testing.TB, n int) *NATSCluster {
+func StartNATSCluster(t tb.TB, n int) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{}
 	for i := range n {
@@ -336,19 +337,19 @@ func (c *NATSCluster) Node(name string) *NATSServer {
 
 // Connect returns a publisher and a subscriber for topic on one broker, closed
 // and cleaned up when the test ends.
-type Connect func(t testing.TB, topic string) (message.Publisher, message.Subscriber)
+type Connect func(t tb.TB, topic string) (message.Publisher, message.Subscriber)
 
 // Brokers are the real brokers of this machine, by name: every test that must
 // hold on each runs against all of them.
 func Brokers() map[string]Connect {
 	return map[string]Connect{
-		"nats-jetstream": func(t testing.TB, topic string) (message.Publisher, message.Subscriber) {
+		"nats-jetstream": func(t tb.TB, topic string) (message.Publisher, message.Subscriber) {
 			return NATS(t, NATSURL(), topic)
 		},
-		"rabbitmq": func(t testing.TB, topic string) (message.Publisher, message.Subscriber) {
+		"rabbitmq": func(t tb.TB, topic string) (message.Publisher, message.Subscriber) {
 			return AMQP(t, topic)
 		},
-		"redis-streams": func(t testing.TB, topic string) (message.Publisher, message.Subscriber) {
+		"redis-streams": func(t tb.TB, topic string) (message.Publisher, message.Subscriber) {
 			return Redis(t, topic)
 		},
 	}
@@ -359,7 +360,7 @@ func Brokers() map[string]Connect {
 // streams deleted when the test ends. Publish returns once XADD has the
 // entry in Redis's memory; whether it outlives a restart of Redis is the
 // server's persistence (appendonly with fsync), not the client's.
-func Redis(t testing.TB, topics ...string) (message.Publisher, message.Subscriber) {
+func Redis(t tb.TB, topics ...string) (message.Publisher, message.Subscriber) {
 	t.Helper()
 	opt, err := redis.ParseURL(RedisURL())
 	if err != nil {
