@@ -72,7 +72,7 @@ func testAdminPurgeRacingRequeue(t *testing.T, dl testkit.Dialect) {
 	}()
 	var res *result
 	deadline := time.Now().Add(10 * time.Second)
-	if dl.SQL().LockWaiters() == "" {
+	if dl.SQL.LockWaiters() == "" {
 		// No way to see a connection wait for the lock: give the purge the
 		// time to start (SQLite's single writer makes it wait for the
 		// commit whatever it does).
@@ -116,11 +116,11 @@ wait:
 }
 
 // lockWaiters counts the transactions of the test's database that wait for a
-// lock tx holds (or for any lock: TestSQL.LockWaiters); 0 where a waiting
+// lock tx holds (or for any lock: testsql.SQL.LockWaiters); 0 where a waiting
 // connection cannot be seen.
 func lockWaiters(t *testing.T, dl testkit.Dialect, tx *gorm.DB) int {
 	t.Helper()
-	q := dl.SQL().LockWaiters()
+	q := dl.SQL.LockWaiters()
 	if q == "" {
 		return 0
 	}

@@ -538,7 +538,7 @@ func testRelayUndecodableRows(t *testing.T, dl testkit.Dialect) {
 		wantDead := 1
 		if err := testkit.SetOutboxColumn(e.db, firsts[1], "id", "not-a-uuid"); err == nil {
 			wantDead++
-		} else if !dl.SQL().TypedIDs() {
+		} else if !dl.SQL.TypedIDs() {
 			t.Fatalf("set a bad id: %v", err)
 		}
 		gc := testkit.NewGoChannel()

@@ -515,7 +515,7 @@ func testSavePresetKeyInsertFailsWritesNothing(t *testing.T, dl testkit.Dialect)
 }
 
 func testCommitFailureKeepsEventsPending(t *testing.T, dl testkit.Dialect) {
-	if !dl.SQL().DeferredConstraints() {
+	if !dl.SQL.DeferredConstraints() {
 		t.Skip("the database checks every constraint at once: its COMMIT cannot fail on one")
 	}
 	db := setup(t, dl, outboxhook.Config{}, nil)
@@ -618,7 +618,7 @@ func (f *Forwarder) AfterCreate(tx *gorm.DB) error {
 // 5. A hook's context passed to another *gorm.DB: each handle's writes commit
 // with their events, once, and no connection leaks.
 func testHookContextPassedToAnotherDB(t *testing.T, dl testkit.Dialect) {
-	if dl.SQL().OneWriter() {
+	if dl.SQL.OneWriter() {
 		t.Skip("one writer: another connection cannot write while the hook's transaction holds the write lock")
 	}
 	for _, skip := range []bool{false, true} {
@@ -627,7 +627,7 @@ func testHookContextPassedToAnotherDB(t *testing.T, dl testkit.Dialect) {
 			dsn := dl.NewDSN(t)
 			// A transaction left open (the bug this guards against) is ended by the
 			// server after 3 s, so that the test fails instead of hanging.
-			dsn = dl.SQL().IdleTxTimeout(dsn, 3*time.Second)
+			dsn = dl.SQL.IdleTxTimeout(dsn, 3*time.Second)
 			open := func(gcfg *gorm.Config) *gorm.DB {
 				db := dl.Open(t, dsn, gcfg)
 				must(t, db.Use(outboxhook.New(outboxhook.Config{})))
@@ -1071,7 +1071,7 @@ func testMixedCaseTable(t *testing.T, dl testkit.Dialect) {
 		t.Fatalf(`"OutBox" has %d rows, want 4`, n)
 	}
 	var tables, outboxes []string
-	must(t, db.Raw(dl.SQL().Tables()).Scan(&tables).Error)
+	must(t, db.Raw(dl.SQL.Tables()).Scan(&tables).Error)
 	for _, name := range tables {
 		if strings.EqualFold(name, "outbox") {
 			outboxes = append(outboxes, name)

@@ -19,23 +19,31 @@
 //
 // What a database cannot do is declared once, in Driver.Caps (a set of
 // Capability values), and an operation it cannot do returns ErrNotSupported.
+// The outbox kept in the log (Messages) is one capability with operations of
+// its own: what the WAL relay, the admin page and the herald command ask of
+// the log (its slots, its stream, the decoding of its messages) is
+// Driver.WAL (wal.go), nil for a database without it.
 //
 // # Adding a database
 //
 // A fourth database is one new folder here and a line in package drivers:
 //
 //   - internal/store/<db>/: a Driver (Outbox, Inbox, Relay with its Claim and
-//     Batch, Admin, Leases, Waker or NoWaker, WALOutbox or ErrNotSupported,
-//     TestSQL), its numbered
-//     migrations (migrations/NNNN_name.up.sql and .down.sql, append-only, with
-//     the "-- herald:" comments migrate.go reads), and a driver_test.go that
-//     runs drivertest.Run with a harness opening an isolated database;
+//     Batch, Admin, Leases, Waker or NoWaker, WALOutbox or ErrNotSupported),
+//     its numbered migrations (migrations/NNNN_name.up.sql and .down.sql,
+//     append-only, with the "-- herald:" comments migrate.go reads), and a
+//     driver_test.go that runs drivertest.Run with a harness opening an
+//     isolated database;
 //   - internal/drivers: the driver in the list of supported databases (and,
 //     where the database needs a connection setting, a check in Check);
+//   - internal/testkit/testsql: the SQL the tests need of the database beyond
+//     Herald's own (a file of its own, given to drivertest by the harness and
+//     to the other tests by the Dialect);
 //   - internal/testkit: its Dialect, the entry of the test matrix (how a test
 //     gets a database of its own), which runs the conformance suite on it.
 //
-// The packages above (outboxhook, relay, inbox, admin) name no database;
+// The packages above (outboxhook, relay, inbox, admin, walrelay) name no
+// database, nor does the herald command beyond the URLs it reads;
 // migrations finds the new database's files by name (ForDatabase), and may
 // give them an accessor of their own beside Postgres, SQLite and MySQL.
 package store

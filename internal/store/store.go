@@ -129,9 +129,6 @@ type Driver interface {
 	// PermissionDenied reports whether err says the role may not do what it
 	// tried (create an index, say).
 	PermissionDenied(err error) bool
-	// TestSQL is the SQL the tests need of this database (TestSQL); Herald
-	// never calls it.
-	TestSQL() TestSQL
 }
 
 // Row is one outbox row: the one shape the store's operations read and

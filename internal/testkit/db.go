@@ -14,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/google/uuid"
@@ -27,6 +26,8 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/pgtest"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
+	"github.com/heraldgo/herald/internal/testkit/tb"
+	"github.com/heraldgo/herald/internal/testkit/testsql"
 )
 
 // Dialect is a database the tests run against.
@@ -35,32 +36,36 @@ type Dialect struct {
 	Name string
 	// NewDSN makes a database of the test's own (dropped when it ends) and
 	// returns the DSN that opens it.
-	NewDSN func(t testing.TB) string
+	NewDSN func(t tb.TB) string
 	// Open opens GORM on dsn; the connections close when the test ends.
-	Open func(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB
+	Open func(t tb.TB, dsn string, cfg *gorm.Config) *gorm.DB
+	// SQL is what the tests need to know of the database beyond what Herald
+	// sends (reading and moving a row's clock, breaking rows, ...).
+	SQL testsql.SQL
 }
 
 // Postgres is the PostgreSQL on this machine (HERALD_TEST_DATABASE_URL), a
 // schema per test.
 var Postgres = Dialect{
 	Name: "postgres",
-	NewDSN: func(t testing.TB) string {
+	NewDSN: func(t tb.TB) string {
 		_, dsn := pgtest.Schema(t)
 		return dsn
 	},
-	Open: func(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
+	Open: func(t tb.TB, dsn string, cfg *gorm.Config) *gorm.DB {
 		return pgtest.OpenDSN(t, dsn, quietConfig(cfg))
 	},
+	SQL: testsql.Postgres{},
 }
 
 // SQLite is an SQLite file per test, in WAL mode, with write transactions that
 // take the write lock at BEGIN and a 10 s busy timeout, as Herald asks.
 var SQLite = Dialect{
 	Name: "sqlite",
-	NewDSN: func(t testing.TB) string {
+	NewDSN: func(t tb.TB) string {
 		return SQLiteDSN(filepath.Join(t.TempDir(), "herald.db"))
 	},
-	Open: func(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
+	Open: func(t tb.TB, dsn string, cfg *gorm.Config) *gorm.DB {
 		t.Helper()
 		db, err := OpenSQLite(dsn, quietConfig(cfg))
 		if err != nil {
@@ -69,6 +74,7 @@ var SQLite = Dialect{
 		closeAtCleanup(t, db)
 		return db
 	},
+	SQL: testsql.SQLite{},
 }
 
 // SQLiteDSN is the DSN Herald's tests and examples open an SQLite file with:
@@ -84,10 +90,13 @@ func OpenSQLite(dsn string, cfg *gorm.Config) (*gorm.DB, error) {
 	return gorm.Open(sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}), cfg)
 }
 
+// known are the dialects testkit knows.
+func known() []Dialect { return []Dialect{Postgres, SQLite, MySQL} }
+
 // Dialects are the dialects the tests run against: all of them, or those named
 // in HERALD_TEST_DIALECTS (comma-separated).
 func Dialects() []Dialect {
-	all := []Dialect{Postgres, SQLite, MySQL}
+	all := known()
 	want := os.Getenv("HERALD_TEST_DIALECTS")
 	if want == "" {
 		return all
@@ -103,19 +112,35 @@ func Dialects() []Dialect {
 	return out
 }
 
-// ForEach runs f as a parallel subtest per dialect.
-func ForEach(t *testing.T, f func(t *testing.T, d Dialect)) {
+// ForEach runs f as a parallel subtest per dialect. A test passes its
+// *testing.T and a func(t *testing.T, d Dialect) (see tb.T).
+func ForEach[T tb.T[T]](t T, f func(t T, d Dialect)) {
 	t.Helper()
 	for _, d := range Dialects() {
-		t.Run(d.Name, func(t *testing.T) {
+		t.Run(d.Name, func(t T) {
 			t.Parallel()
 			f(t, d)
 		})
 	}
 }
 
+// Of returns the dialect of db, a handle opened on a database of one of
+// testkit's dialects: the one whose SQL the helpers that take only the
+// handle use.
+func Of(db *gorm.DB) (Dialect, error) {
+	if db == nil || db.Dialector == nil {
+		return Dialect{}, fmt.Errorf("testkit: no dialector")
+	}
+	for _, d := range known() {
+		if d.Name == db.Dialector.Name() {
+			return d, nil
+		}
+	}
+	return Dialect{}, fmt.Errorf("testkit: no dialect %q", db.Dialector.Name())
+}
+
 // OpenNew opens GORM on a new database of d's.
-func (d Dialect) OpenNew(t testing.TB, cfg *gorm.Config) *gorm.DB {
+func (d Dialect) OpenNew(t tb.TB, cfg *gorm.Config) *gorm.DB {
 	t.Helper()
 	return d.Open(t, d.NewDSN(t), cfg)
 }
@@ -130,7 +155,7 @@ func quietConfig(cfg *gorm.Config) *gorm.Config {
 	return cfg
 }
 
-func closeAtCleanup(t testing.TB, db *gorm.DB) {
+func closeAtCleanup(t tb.TB, db *gorm.DB) {
 	sqlDB, err := db.DB()
 	if err != nil {
 		t.Fatalf("testkit: %v", err)
@@ -147,7 +172,7 @@ func Quiet() *slog.Logger {
 }
 
 // Eventually polls cond until it holds, or fails the test after timeout.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+func Eventually(t tb.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
@@ -180,7 +205,7 @@ type Row struct {
 func (r Row) Pending() bool { return !r.Processed && !r.Dead }
 
 // Outbox reads the outbox table (default outbox_messages) in insertion order.
-func Outbox(t testing.TB, db *gorm.DB, table ...string) []Row {
+func Outbox(t tb.TB, db *gorm.DB, table ...string) []Row {
 	t.Helper()
 	name := "outbox_messages"
 	if len(table) > 0 {
@@ -227,7 +252,7 @@ func Outbox(t testing.TB, db *gorm.DB, table ...string) []Row {
 
 // Pending counts the outbox rows (default table outbox_messages) waiting to
 // be published: neither processed nor dead.
-func Pending(t testing.TB, db *gorm.DB, table ...string) int64 {
+func Pending(t tb.TB, db *gorm.DB, table ...string) int64 {
 	t.Helper()
 	name := "outbox_messages"
 	if len(table) > 0 {
@@ -259,19 +284,27 @@ func SetOutboxColumn(db *gorm.DB, id uuid.UUID, column, value string) error {
 	if _, err := ident.ParseName(column); err != nil {
 		return err
 	}
-	set := d.TestSQL().SetText(column)
+	dl, err := Of(db)
+	if err != nil {
+		return err
+	}
+	set := dl.SQL.SetText(column)
 	return db.Exec(`UPDATE `+d.Quote(ident.MustTable("outbox_messages"))+` SET `+set+` WHERE id = ?`, value, id.String()).Error
 }
 
 // Waits returns, for each pending outbox_messages row, how long until it is
 // due (available_at, by the database's clock; negative when due).
-func Waits(t testing.TB, db *gorm.DB) map[uuid.UUID]time.Duration {
+func Waits(t tb.TB, db *gorm.DB) map[uuid.UUID]time.Duration {
 	t.Helper()
 	d, err := drivers.For(db)
 	if err != nil {
 		t.Fatal(err)
 	}
-	wait := d.TestSQL().MicrosUntil("available_at")
+	dl, err := Of(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := dl.SQL.MicrosUntil("available_at")
 	sqlDB, err := db.DB()
 	if err != nil {
 		t.Fatal(err)
@@ -307,7 +340,11 @@ func Leases(db *gorm.DB) map[int]string {
 	if err != nil {
 		return nil
 	}
-	part := d.TestSQL().Column("partition")
+	dl, err := Of(db)
+	if err != nil {
+		return nil
+	}
+	part := dl.SQL.Column("partition")
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil
@@ -332,7 +369,7 @@ func Leases(db *gorm.DB) map[int]string {
 }
 
 // Count counts the rows of table (quoted for db's dialect).
-func Count(t testing.TB, db *gorm.DB, table string) int64 {
+func Count(t tb.TB, db *gorm.DB, table string) int64 {
 	t.Helper()
 	d, err := drivers.For(db)
 	if err != nil {
@@ -347,24 +384,22 @@ func Count(t testing.TB, db *gorm.DB, table string) int64 {
 }
 
 // Must fails the test on err.
-func Must(t testing.TB, err error) {
+func Must(t tb.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-var _ = fmt.Sprint
-
 // RefuseValue makes every INSERT into table of a row whose column is value,
 // and every UPDATE that sets it, fail, in the database's own way (a CHECK
 // constraint, or triggers where a constraint cannot be added to an existing
-// table: the driver's TestSQL).
-func RefuseValue(t testing.TB, db *gorm.DB, table, column, value string) {
+// table: the dialect's SQL).
+func RefuseValue(t tb.TB, db *gorm.DB, table, column, value string) {
 	t.Helper()
-	d, err := drivers.For(db)
+	d, err := Of(db)
 	Must(t, err)
-	for _, q := range d.TestSQL().Refuse(ident.MustTable(table), column, value) {
+	for _, q := range d.SQL.Refuse(ident.MustTable(table), column, value) {
 		if err == nil {
 			err = db.Exec(q).Error
 		}

@@ -1,12 +1,12 @@
 package testkit
 
 import (
-	"testing"
-
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/mysqltest"
+	"github.com/heraldgo/herald/internal/testkit/tb"
+	"github.com/heraldgo/herald/internal/testkit/testsql"
 )
 
 // MySQLServer is the MySQL or MariaDB server tests use (mysqltest.Server):
@@ -20,8 +20,8 @@ func MySQLDSN(server, name string) string { return mysqltest.DSN(server, name) }
 // MySQL is the MySQL or MariaDB server of this machine, a database per test.
 var MySQL = Dialect{
 	Name:   "mysql",
-	NewDSN: func(t testing.TB) string { t.Helper(); return mysqltest.Database(t) },
-	Open: func(t testing.TB, dsn string, cfg *gorm.Config) *gorm.DB {
+	NewDSN: func(t tb.TB) string { t.Helper(); return mysqltest.Database(t) },
+	Open: func(t tb.TB, dsn string, cfg *gorm.Config) *gorm.DB {
 		t.Helper()
 		db, err := gorm.Open(mysql.Open(dsn), quietConfig(cfg))
 		if err != nil {
@@ -30,4 +30,5 @@ var MySQL = Dialect{
 		closeAtCleanup(t, db)
 		return db
 	},
+	SQL: testsql.MySQL{},
 }

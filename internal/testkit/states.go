@@ -2,21 +2,19 @@ package testkit
 
 import (
 	"context"
-	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
-	"github.com/heraldgo/herald/internal/drivers"
-	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
 // AddEvents writes evs through outboxhook.Add on db with ctx (the plugin
 // registered) and returns their ids, in order.
-func AddEvents(t testing.TB, ctx context.Context, db *gorm.DB, evs ...events.Event) []uuid.UUID {
+func AddEvents(t tb.TB, ctx context.Context, db *gorm.DB, evs ...events.Event) []uuid.UUID {
 	t.Helper()
 	before := len(Outbox(t, db))
 	Must(t, outboxhook.Add(db.WithContext(ctx), evs...))
@@ -28,22 +26,12 @@ func AddEvents(t testing.TB, ctx context.Context, db *gorm.DB, evs ...events.Eve
 }
 
 // Ago returns the SQL of the database's time dur ago, and its argument (the
-// driver's TestSQL).
-func (d Dialect) Ago(dur time.Duration) (string, any) { return d.SQL().Ago(dur) }
-
-// SQL is what the tests need to know of the dialect's database: its
-// driver's TestSQL.
-func (d Dialect) SQL() store.TestSQL {
-	drv, err := drivers.ByName(d.Name)
-	if err != nil {
-		panic("testkit: " + err.Error())
-	}
-	return drv.TestSQL()
-}
+// dialect's SQL).
+func (d Dialect) Ago(dur time.Duration) (string, any) { return d.SQL.Ago(dur) }
 
 // KillEvent makes event id of outbox_messages dead since ago (by the
 // database's clock), after 12 attempts and 11 strikes that ended in lastErr.
-func (d Dialect) KillEvent(t testing.TB, db *gorm.DB, id uuid.UUID, ago time.Duration, lastErr string) {
+func (d Dialect) KillEvent(t tb.TB, db *gorm.DB, id uuid.UUID, ago time.Duration, lastErr string) {
 	t.Helper()
 	at, arg := d.Ago(ago)
 	Must(t, db.Exec(`UPDATE outbox_messages SET dead_at = `+at+`, attempts = 12, strikes = 11, last_error = ? WHERE id = ?`,
@@ -52,7 +40,7 @@ func (d Dialect) KillEvent(t testing.TB, db *gorm.DB, id uuid.UUID, ago time.Dur
 
 // StampEvent sets column (created_at, processed_at, ...) of event id of
 // outbox_messages to ago before the database's now.
-func (d Dialect) StampEvent(t testing.TB, db *gorm.DB, id uuid.UUID, column string, ago time.Duration) {
+func (d Dialect) StampEvent(t tb.TB, db *gorm.DB, id uuid.UUID, column string, ago time.Duration) {
 	t.Helper()
 	at, arg := d.Ago(ago)
 	Must(t, db.Exec(`UPDATE outbox_messages SET `+column+` = `+at+` WHERE id = ?`, arg, id.String()).Error)
@@ -60,7 +48,7 @@ func (d Dialect) StampEvent(t testing.TB, db *gorm.DB, id uuid.UUID, column stri
 
 // FailEvent records a failed attempt ("timeout") of the pending event id of
 // outbox_messages.
-func FailEvent(t testing.TB, db *gorm.DB, id uuid.UUID) {
+func FailEvent(t tb.TB, db *gorm.DB, id uuid.UUID) {
 	t.Helper()
 	Must(t, db.Exec(`UPDATE outbox_messages SET attempts = attempts + 1, last_error = 'timeout' WHERE id = ?`, id.String()).Error)
 }

@@ -2,10 +2,10 @@ package drivertest
 
 import (
 	"slices"
-	"testing"
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 var adminTests = []test{
@@ -23,7 +23,7 @@ func (e *env) admin() store.Admin { return e.drv.Admin(e.table) }
 // Topics gives each topic's pending, failing and dead counts, its oldest
 // pending age and its events published within the last minute (kept by the
 // retention), in topic order; RetainsPublished says whether any is kept.
-func testAdminTopics(t *testing.T, e *env) {
+func testAdminTopics(t tb.TB, e *env) {
 	ad := e.admin()
 	keeps, err := ad.RetainsPublished(e.ctx, e.db)
 	must(t, err)
@@ -55,7 +55,7 @@ func testAdminTopics(t *testing.T, e *env) {
 
 // FindDead picks dead events by ids, type and age of death (ANDed), oldest
 // death first, up to limit; the zero filter picks every dead event.
-func testAdminFindDead(t *testing.T, e *env) {
+func testAdminFindDead(t tb.TB, e *env) {
 	a := evIDs(e.insert("a.failed", "x", 3))
 	b := evIDs(e.insert("b.failed", "y", 1))
 	e.kill(a[0], 3*time.Hour, "e")
@@ -81,7 +81,7 @@ func testAdminFindDead(t *testing.T, e *env) {
 
 // RequeueIDs requeues all the ids or, when one is not a dead event, none,
 // and returns those.
-func testAdminRequeueIDs(t *testing.T, e *env) {
+func testAdminRequeueIDs(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 3))
 	e.kill(evs[0], time.Hour, "e")
 	e.kill(evs[1], time.Hour, "e")
@@ -105,7 +105,7 @@ func testAdminRequeueIDs(t *testing.T, e *env) {
 
 // RequeueType requeues the dead events of one type; RequeueAll every dead
 // event; both count what they requeued.
-func testAdminRequeueTypeAndAll(t *testing.T, e *env) {
+func testAdminRequeueTypeAndAll(t tb.TB, e *env) {
 	a := evIDs(e.insert("a.failed", "x", 2))
 	b := evIDs(e.insert("b.failed", "y", 2))
 	for _, id := range slices.Concat(a, b[:1]) {
@@ -133,7 +133,7 @@ func testAdminRequeueTypeAndAll(t *testing.T, e *env) {
 
 // PurgeDead deletes up to limit events dead for longer than olderThan, and
 // never pending or processed ones.
-func testAdminPurgeDead(t *testing.T, e *env) {
+func testAdminPurgeDead(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 6))
 	for _, id := range evs[:3] {
 		e.kill(id, 2*time.Hour, "e")
@@ -162,7 +162,7 @@ func testAdminPurgeDead(t *testing.T, e *env) {
 // type, up to limit; FailingGroups groups them by type and last error, the
 // largest group first. Dead, published and never-failed events are not
 // failing.
-func testAdminFailing(t *testing.T, e *env) {
+func testAdminFailing(t tb.TB, e *env) {
 	a := evIDs(e.insert("a.failed", "x", 4))
 	b := evIDs(e.insert("b.failed", "y", 2))
 	fail := func(id string, attempts int, lastErr string, due time.Duration) {
@@ -227,7 +227,7 @@ func testAdminFailing(t *testing.T, e *env) {
 
 // Every requeue (by ids, by type, all) counts the requeued event's age from
 // the requeue: Topics' oldest pending age is not its first insert's.
-func testAdminRequeueAge(t *testing.T, e *env) {
+func testAdminRequeueAge(t tb.TB, e *env) {
 	ids := evIDs(e.insert("a.failed", "x", 3))
 	for _, id := range ids {
 		e.stamp(id, "created_at", 48*time.Hour)

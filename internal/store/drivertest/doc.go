@@ -11,11 +11,14 @@
 // tokens from Insert), never by the database's name.
 //
 // Each driver's package runs it with a Harness, which says how to open a
-// database of the test's own; the SQL the suite needs beyond the driver's
-// methods (reading a row's raw columns, making a row due or dead) is the
-// driver's own too, its store.TestSQL:
+// database of the test's own and gives the SQL the suite needs beyond the
+// driver's methods (reading a row's raw columns, making a row due or dead):
+// the database's testsql.SQL, test support outside the driver's package:
 //
 //	func TestDriver(t *testing.T) {
-//		drivertest.Run(t, drivertest.Harness{Driver: sqlite.Driver{}, Open: openTestDB})
+//		drivertest.Run(t, drivertest.Harness{Driver: sqlite.Driver{}, SQL: testsql.SQLite{}, Open: openTestDB})
 //	}
+//
+// The package imports no package testing (a test's t is a tb.TB to it), as
+// none of the test-support packages does.
 package drivertest

@@ -5,36 +5,41 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
-	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
+	"github.com/heraldgo/herald/internal/testkit/testsql"
 )
 
 // Harness is what a driver's package gives the suite.
 type Harness struct {
 	// Driver is the driver under test.
 	Driver store.Driver
+	// SQL is the SQL the suite needs of the database beyond the driver's
+	// methods (reading a row's raw columns, making a row due or dead).
+	SQL testsql.SQL
 	// Open returns a handle on a database of the test's own (a PostgreSQL
 	// schema, an SQLite file, a MySQL database), empty, isolated from every
 	// other test's and dropped when the test ends, with the settings Herald
 	// asks of the database (SQLite: WAL, BEGIN IMMEDIATE, a busy timeout;
 	// MySQL: clientFoundRows, parseTime, UTC). The handle is closed when the
 	// test ends.
-	Open func(t testing.TB) *sql.DB
+	Open func(t tb.TB) *sql.DB
 }
 
 type test struct {
 	name string
-	f    func(t *testing.T, e *env)
+	f    func(t tb.TB, e *env)
 }
 
 // Run runs the whole suite against h's driver, each test in parallel on a
-// database of its own, as TestX/<interface>/<behaviour>.
-func Run(t *testing.T, h Harness) {
+// database of its own, as TestX/<interface>/<behaviour>. A driver's test
+// passes its *testing.T (see tb.T).
+func Run[T tb.T[T]](t T, h Harness) {
 	for _, group := range []struct {
 		name  string
 		tests []test
@@ -46,9 +51,9 @@ func Run(t *testing.T, h Harness) {
 		{"admin", adminTests},
 		{"waker", wakerTests},
 	} {
-		t.Run(group.name, func(t *testing.T) {
+		t.Run(group.name, func(t T) {
 			for _, tc := range group.tests {
-				t.Run(tc.name, func(t *testing.T) {
+				t.Run(tc.name, func(t T) {
 					t.Parallel()
 					tc.f(t, newEnv(t, h))
 				})
@@ -60,19 +65,19 @@ func Run(t *testing.T, h Harness) {
 // env is one test's database with the default outbox (with the relay's
 // tables) and inbox created.
 type env struct {
-	t     *testing.T
+	t     tb.TB
 	ctx   context.Context
 	db    *sql.DB
 	drv   store.Driver
-	sql   store.TestSQL
+	sql   testsql.SQL
 	table ident.Table
 	out   store.Outbox
 	rel   store.Relay
 }
 
-func newEnv(t *testing.T, h Harness) *env {
+func newEnv(t tb.TB, h Harness) *env {
 	t.Helper()
-	e := &env{t: t, ctx: context.Background(), db: h.Open(t), drv: h.Driver, sql: h.Driver.TestSQL(),
+	e := &env{t: t, ctx: context.Background(), db: h.Open(t), drv: h.Driver, sql: h.SQL,
 		table: ident.MustTable(store.DefaultOutbox)}
 	e.out, e.rel = e.drv.Outbox(e.table), e.drv.Relay(e.table)
 	must(t, e.out.Create(e.ctx, e.db))
@@ -81,7 +86,7 @@ func newEnv(t *testing.T, h Harness) *env {
 	return e
 }
 
-func must(t testing.TB, err error) {
+func must(t tb.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +202,7 @@ func evIDs(evs []store.Row) []string {
 	return out
 }
 
-func sameIDs(t testing.TB, what string, got, want []string) {
+func sameIDs(t tb.TB, what string, got, want []string) {
 	t.Helper()
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%s = %v, want %v", what, got, want)

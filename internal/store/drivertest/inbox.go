@@ -1,11 +1,11 @@
 package drivertest
 
 import (
-	"testing"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 var inboxTests = []test{
@@ -17,7 +17,7 @@ var inboxTests = []test{
 
 func (e *env) inbox() store.Inbox { return e.drv.Inbox(ident.MustTable(store.DefaultInbox)) }
 
-func testInboxExistsCreateCheck(t *testing.T, e *env) {
+func testInboxExistsCreateCheck(t tb.TB, e *env) {
 	in := e.drv.Inbox(ident.MustTable("other_inbox"))
 	ok, err := in.Exists(e.ctx, e.db)
 	must(t, err)
@@ -36,7 +36,7 @@ func testInboxExistsCreateCheck(t *testing.T, e *env) {
 
 // Insert reports a (consumer, id) new once; the same id for another consumer
 // is new too.
-func testInboxInsertOnce(t *testing.T, e *env) {
+func testInboxInsertOnce(t tb.TB, e *env) {
 	in := e.inbox()
 	for _, c := range []struct {
 		consumer, id string
@@ -56,7 +56,7 @@ func testInboxInsertOnce(t *testing.T, e *env) {
 }
 
 // An insert whose transaction rolled back leaves the key new.
-func testInboxInsertRolledBack(t *testing.T, e *env) {
+func testInboxInsertRolledBack(t tb.TB, e *env) {
 	in := e.inbox()
 	tx, err := e.db.BeginTx(e.ctx, nil)
 	must(t, err)
@@ -71,7 +71,7 @@ func testInboxInsertRolledBack(t *testing.T, e *env) {
 
 // Cleanup deletes up to limit rows processed before olderThan ago and keeps
 // the recent ones.
-func testInboxCleanup(t *testing.T, e *env) {
+func testInboxCleanup(t tb.TB, e *env) {
 	in := e.inbox()
 	for _, id := range []string{"old1", "old2", "old3", "new"} {
 		_, err := in.Insert(e.ctx, e.db, "c", id)

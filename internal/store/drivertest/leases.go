@@ -2,10 +2,10 @@ package drivertest
 
 import (
 	"slices"
-	"testing"
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 var leasesTests = []test{
@@ -35,7 +35,7 @@ func gens(ls []store.Lease) map[int]int64 {
 // generation, and never one another holds; Renew returns the holder's leases
 // with the generations they keep; Release and ReleaseAll give partitions
 // back, for the next Acquire under a newer generation. Seed is idempotent.
-func testLeasesAcquireRenewRelease(t *testing.T, e *env) {
+func testLeasesAcquireRenewRelease(t tb.TB, e *env) {
 	ls := e.rel.Leases()
 	must(t, ls.Seed(e.ctx, e.db, 4))
 	must(t, ls.Seed(e.ctx, e.db, 4))
@@ -94,7 +94,7 @@ func maps(a, b map[int]int64) bool {
 
 // A lease that ran out is not renewed, and another instance acquires the
 // partition under a newer generation.
-func testLeasesTakeOver(t *testing.T, e *env) {
+func testLeasesTakeOver(t tb.TB, e *env) {
 	ls := e.rel.Leases()
 	must(t, ls.Seed(e.ctx, e.db, 1))
 	a, err := ls.Acquire(e.ctx, e.db, "a", 20*time.Millisecond, 1, 1)
@@ -115,7 +115,7 @@ func testLeasesTakeOver(t *testing.T, e *env) {
 
 // Live counts the instances whose heartbeat is within the window; Leave
 // forgets one.
-func testLeasesHeartbeat(t *testing.T, e *env) {
+func testLeasesHeartbeat(t tb.TB, e *env) {
 	ls := e.rel.Leases()
 	for _, i := range []string{"a", "b", "a"} {
 		must(t, ls.Heartbeat(e.ctx, e.db, i))

@@ -3,13 +3,13 @@ package drivertest
 import (
 	"database/sql"
 	"errors"
-	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 var outboxTests = []test{
@@ -24,7 +24,7 @@ var outboxTests = []test{
 
 // Exists reports a missing table, Create makes it (twice is fine) and Check
 // finds it up to date.
-func testOutboxExistsCreateCheck(t *testing.T, e *env) {
+func testOutboxExistsCreateCheck(t tb.TB, e *env) {
 	o := e.drv.Outbox(ident.MustTable("other_outbox"))
 	ok, err := o.Exists(e.ctx, e.db)
 	must(t, err)
@@ -43,7 +43,7 @@ func testOutboxExistsCreateCheck(t *testing.T, e *env) {
 
 // Insert inserts new ids and leaves the rows of ids that exist alone,
 // counting only what it inserted.
-func testOutboxInsertLeavesExisting(t *testing.T, e *env) {
+func testOutboxInsertLeavesExisting(t tb.TB, e *env) {
 	evs := e.insert("t", "a", 2)
 	e.exec(`UPDATE `+e.q()+` SET attempts = 7 WHERE id = ?`, evs[0].ID)
 	again := evs[0]
@@ -68,7 +68,7 @@ func testOutboxInsertLeavesExisting(t *testing.T, e *env) {
 }
 
 // An insert into a table that does not exist says so (store.ErrTableMissing).
-func testOutboxInsertMissingTable(t *testing.T, e *env) {
+func testOutboxInsertMissingTable(t tb.TB, e *env) {
 	o := e.drv.Outbox(ident.MustTable("missing_outbox"))
 	if _, _, err := o.Insert(e.ctx, e.db, []store.Row{event("t", "", "")}, false); !errors.Is(err, store.ErrTableMissing) {
 		t.Fatalf("Insert into a missing table = %v, want ErrTableMissing", err)
@@ -76,7 +76,7 @@ func testOutboxInsertMissingTable(t *testing.T, e *env) {
 }
 
 // What Insert stores is what a claim reads back, field by field.
-func testOutboxInsertStoresColumns(t *testing.T, e *env) {
+func testOutboxInsertStoresColumns(t tb.TB, e *env) {
 	ev := event("order.placed", "order", "o-1")
 	ev.Version, ev.Topic, ev.Metadata = 3, "orders", []byte(`{"k":"v"}`)
 	_, _, err := e.out.Insert(e.ctx, e.db, []store.Row{ev}, false)
@@ -102,7 +102,7 @@ func testOutboxInsertStoresColumns(t *testing.T, e *env) {
 // for one rolled back; a driver that hands out tokens (it can tell a
 // transaction still open from one rolled back) says InProgress while the
 // writing transaction is open.
-func testOutboxSettle(t *testing.T, e *env) {
+func testOutboxSettle(t tb.TB, e *env) {
 	write := func(tx *sql.Tx) store.Written {
 		t.Helper()
 		ev := event("t", "account", "a")
@@ -146,7 +146,7 @@ func testOutboxSettle(t *testing.T, e *env) {
 
 // A second transaction locking an aggregate the first holds waits for the
 // first to end; one locking another aggregate does not wait.
-func testOutboxLockAggregates(t *testing.T, e *env) {
+func testOutboxLockAggregates(t tb.TB, e *env) {
 	const hold = 300 * time.Millisecond
 	first, err := e.db.BeginTx(e.ctx, nil)
 	must(t, err)
@@ -190,7 +190,7 @@ func testOutboxLockAggregates(t *testing.T, e *env) {
 
 // Abort makes the transaction's commit fail or roll back (Caps.AbortTx):
 // nothing it wrote stays.
-func testOutboxAbort(t *testing.T, e *env) {
+func testOutboxAbort(t tb.TB, e *env) {
 	if !e.drv.Caps().Has(store.AbortTx) {
 		t.Skip("the driver cannot abort a transaction (store.AbortTx)")
 	}

@@ -3,13 +3,13 @@ package drivertest
 import (
 	"errors"
 	"strings"
-	"testing"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 var relayTests = []test{
@@ -36,7 +36,7 @@ var relayTests = []test{
 
 // A claim returns the due events in the order they became due, and neither
 // events not yet due nor processed nor dead ones.
-func testRelayClaimDueInOrder(t *testing.T, e *env) {
+func testRelayClaimDueInOrder(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 5))
 	e.stamp(evs[1], "available_at", -time.Hour) // due in an hour
 	e.stamp(evs[2], "processed_at", 0)
@@ -46,7 +46,7 @@ func testRelayClaimDueInOrder(t *testing.T, e *env) {
 
 // A claim skips the rows another open batch holds (locked or leased),
 // without waiting for it; the first batch's marks then settle its rows.
-func testRelayClaimSkipsClaimed(t *testing.T, e *env) {
+func testRelayClaimSkipsClaimed(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 4))
 	first := e.batch(2, time.Minute)
 	sameIDs(t, "first claim", ids(first.Rows()), evs[:2])
@@ -84,7 +84,7 @@ func testRelayClaimSkipsClaimed(t *testing.T, e *env) {
 // A batch's commit makes due again, at once, the rows it neither published
 // nor failed (a lease given back; row locks end with the transaction), and
 // leaves the others as marked.
-func testRelayBatchGivesBack(t *testing.T, e *env) {
+func testRelayBatchGivesBack(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 4))
 	b := e.batch(10, time.Minute)
 	sameIDs(t, "claimed", ids(b.Rows()), evs)
@@ -101,7 +101,7 @@ func testRelayBatchGivesBack(t *testing.T, e *env) {
 // Without row locks a claim leases its rows for its hold: once the lease ran
 // out and another batch claimed them, the first batch's marks change nothing
 // (and its commit gives nothing back); the new holder's marks work.
-func testRelayLeasedBatchFenced(t *testing.T, e *env) {
+func testRelayLeasedBatchFenced(t tb.TB, e *env) {
 	if e.drv.Caps().Has(store.RowLocks) {
 		t.Skip("the driver claims under row locks (store.RowLocks): a batch holds its rows however long it is paused")
 	}
@@ -138,7 +138,7 @@ func testRelayLeasedBatchFenced(t *testing.T, e *env) {
 // An ordered claim returns the due events of the owned partitions in
 // insertion order, every event in exactly one partition, and none behind an
 // earlier event of its aggregate that waits for a retry.
-func testRelayClaimOrdered(t *testing.T, e *env) {
+func testRelayClaimOrdered(t tb.TB, e *env) {
 	var all []string
 	for _, agg := range []string{"a", "b", "c", "d", "e", "f"} {
 		all = append(all, evIDs(e.insert("t", agg, 2))...)
@@ -192,7 +192,7 @@ func indexOf(xs []string, x string) int {
 // MarkPublished deletes the rows it is given, or with ClaimParams.Keep stamps
 // them processed and clears their last error; other rows are left alone. An
 // id the batch did not claim is refused.
-func testRelayMarkPublished(t *testing.T, e *env) {
+func testRelayMarkPublished(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 4))
 	e.exec(`UPDATE `+e.q()+` SET last_error = 'earlier' WHERE id = ?`, evs[2])
 	b := e.batch(2, time.Minute)
@@ -217,7 +217,7 @@ func testRelayMarkPublished(t *testing.T, e *env) {
 // MarkFailed counts an attempt, a strike when confirmed, stores the error and
 // makes the row due after the delay, or dead; it returns the database's time
 // of the marks.
-func testRelayMarkFailed(t *testing.T, e *env) {
+func testRelayMarkFailed(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 3))
 	b := e.batch(10, time.Minute)
 	before := time.Now()
@@ -259,7 +259,7 @@ func testRelayMarkFailed(t *testing.T, e *env) {
 
 // A mark under a Savepoint whose function fails is undone, and the marks
 // before it stay.
-func testRelaySavepoint(t *testing.T, e *env) {
+func testRelaySavepoint(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 2))
 	b := e.batch(10, time.Minute)
 	must(t, b.MarkPublished(e.ctx, evs[:1]))
@@ -285,7 +285,7 @@ func testRelaySavepoint(t *testing.T, e *env) {
 // The fenced marks of a batch whose partition lease another instance took
 // over (under a new generation) change nothing and return
 // store.ErrLeaseLost; a batch of the new holder marks.
-func testRelayFencedMarksLostLease(t *testing.T, e *env) {
+func testRelayFencedMarksLostLease(t tb.TB, e *env) {
 	ls := e.rel.Leases()
 	must(t, ls.Seed(e.ctx, e.db, 1))
 	mine, err := ls.Acquire(e.ctx, e.db, "paused", 20*time.Millisecond, 1, 1)
@@ -329,7 +329,7 @@ func testRelayFencedMarksLostLease(t *testing.T, e *env) {
 // RecoverOutage makes due now the retries of pending events of the given
 // (topic, type) pairs that failed at or after since; others keep waiting.
 // With a fence, only in the partitions its leases still hold.
-func testRelayRecoverOutage(t *testing.T, e *env) {
+func testRelayRecoverOutage(t tb.TB, e *env) {
 	a := evIDs(e.insert("a.happened", "x", 1))[0]
 	b := evIDs(e.insert("b.happened", "x", 1))[0]
 	fail := func() time.Time {
@@ -384,7 +384,7 @@ func testRelayRecoverOutage(t *testing.T, e *env) {
 // before that row locked for the wait, where new events go: saves waited
 // 1.8s in a chaos run). Not for a database of one writer, where the open
 // batch itself holds every insert back (SQLite).
-func testRelayRecoverOutageInserts(t *testing.T, e *env) {
+func testRelayRecoverOutageInserts(t tb.TB, e *env) {
 	if e.sql.OneWriter() {
 		t.Skip("one writer at a time: the open batch holds inserts back by design")
 	}
@@ -425,7 +425,7 @@ func testRelayRecoverOutageInserts(t *testing.T, e *env) {
 
 // Without Position the ordered sweep says it is not supported; with it, a
 // sweep of partitions never claimed finds nothing below their positions.
-func testRelaySweepDeclared(t *testing.T, e *env) {
+func testRelaySweepDeclared(t tb.TB, e *env) {
 	e.insert("t", "a", 2)
 	n, err := e.rel.Sweep(e.ctx, e.db, 1, []int32{0})
 	if !e.drv.Caps().Has(store.Position) {
@@ -443,7 +443,7 @@ func testRelaySweepDeclared(t *testing.T, e *env) {
 // Without Partitions the outbox is never partitioned and the partition
 // operations say they are not supported; with it, a partitioned outbox is made
 // where none exists, and its coming partitions created.
-func testRelayPartitionsDeclared(t *testing.T, e *env) {
+func testRelayPartitionsDeclared(t tb.TB, e *env) {
 	p, err := e.rel.Partitioned(e.ctx, e.db)
 	must(t, err)
 	if p {
@@ -477,7 +477,7 @@ func testRelayPartitionsDeclared(t *testing.T, e *env) {
 
 // Stats counts pending, failing (pending with a failed attempt) and dead
 // events, and the age of the oldest pending one.
-func testRelayStats(t *testing.T, e *env) {
+func testRelayStats(t tb.TB, e *env) {
 	s, err := e.rel.Stats(e.ctx, e.db)
 	must(t, err)
 	if s.Pending != 0 || s.Failing != 0 || s.Dead != 0 || s.OldestPending != 0 {
@@ -499,7 +499,7 @@ func testRelayStats(t *testing.T, e *env) {
 
 // Dead lists dead events, oldest death first, with their last error, up to
 // limit.
-func testRelayDead(t *testing.T, e *env) {
+func testRelayDead(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 4))
 	e.kill(evs[2], 2*time.Hour, "first")
 	e.kill(evs[0], time.Hour, "second")
@@ -517,7 +517,7 @@ func testRelayDead(t *testing.T, e *env) {
 // Requeue makes a dead event pending again, with its attempts and strikes
 // cleared and due now; it leaves pending and unknown events alone.
 // RequeueAll requeues every dead event and counts them.
-func testRelayRequeue(t *testing.T, e *env) {
+func testRelayRequeue(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 4))
 	for _, id := range evs[:3] {
 		e.kill(id, time.Hour, "boom")
@@ -547,7 +547,7 @@ func testRelayRequeue(t *testing.T, e *env) {
 
 // Cleanup deletes up to limit events processed before olderThan ago; pending,
 // dead and recently processed events stay.
-func testRelayCleanup(t *testing.T, e *env) {
+func testRelayCleanup(t tb.TB, e *env) {
 	evs := evIDs(e.insert("t", "a", 6))
 	for _, id := range evs[:3] {
 		e.stamp(id, "processed_at", 2*time.Hour)
@@ -572,7 +572,7 @@ func testRelayCleanup(t *testing.T, e *env) {
 }
 
 // The relay's Create is idempotent and Check finds its additions.
-func testRelayCreateCheck(t *testing.T, e *env) {
+func testRelayCreateCheck(t tb.TB, e *env) {
 	must(t, e.rel.Create(e.ctx, e.db, true, true, nil))
 	for _, ordered := range []bool{false, true} {
 		must(t, e.rel.Check(e.ctx, e.db, ordered, true))
@@ -582,7 +582,7 @@ func testRelayCreateCheck(t *testing.T, e *env) {
 // Check of a relay table that lacks a column a migration adds returns
 // store.ErrSchemaOutdated naming that migration, in ordered mode (which uses
 // the lease table) and not otherwise.
-func testRelayCheckOutdated(t *testing.T, e *env) {
+func testRelayCheckOutdated(t tb.TB, e *env) {
 	e.exec(`ALTER TABLE ` + e.drv.Quote(e.table.Derived("_leases")) + ` DROP COLUMN generation`)
 	err := e.rel.Check(e.ctx, e.db, true, false)
 	if !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), "0005_lease_generation") {

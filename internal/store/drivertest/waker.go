@@ -3,10 +3,10 @@ package drivertest
 import (
 	"context"
 	"errors"
-	"testing"
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
 var wakerTests = []test{
@@ -16,7 +16,7 @@ var wakerTests = []test{
 
 // A driver without Listen says so: its Waker's methods return
 // store.ErrNotSupported.
-func testWakerDeclared(t *testing.T, e *env) {
+func testWakerDeclared(t tb.TB, e *env) {
 	if e.drv.Caps().Has(store.Listen) {
 		t.Skip("the driver has cross-process wake-ups (store.Listen)")
 	}
@@ -30,7 +30,7 @@ func testWakerDeclared(t *testing.T, e *env) {
 
 // Listen calls wake once when it listens, then once per Notify on its
 // channel (not on another), until its context ends.
-func testWakerListenNotify(t *testing.T, e *env) {
+func testWakerListenNotify(t tb.TB, e *env) {
 	if !e.drv.Caps().Has(store.Listen) {
 		t.Skip("the driver has no cross-process wake-ups (store.Listen)")
 	}

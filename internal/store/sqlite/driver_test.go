@@ -9,6 +9,8 @@ import (
 
 	"github.com/heraldgo/herald/internal/store/drivertest"
 	"github.com/heraldgo/herald/internal/store/sqlite"
+	"github.com/heraldgo/herald/internal/testkit/tb"
+	"github.com/heraldgo/herald/internal/testkit/testsql"
 )
 
 // TestDriver runs the driver-level suite on SQLite, a file per test, opened
@@ -16,7 +18,7 @@ import (
 // lock at BEGIN, a 10 s busy timeout), with foreign keys on and
 // synchronous=NORMAL.
 func TestDriver(t *testing.T) {
-	drivertest.Run(t, drivertest.Harness{Driver: sqlite.Driver{}, Open: func(t testing.TB) *sql.DB {
+	drivertest.Run(t, drivertest.Harness{Driver: sqlite.Driver{}, SQL: testsql.SQLite{}, Open: func(t tb.TB) *sql.DB {
 		t.Helper()
 		db, err := sql.Open("sqlite", sqlite.DSN(filepath.Join(t.TempDir(), "herald.db"))+"&_pragma=synchronous(NORMAL)&_pragma=foreign_keys(1)")
 		if err != nil {

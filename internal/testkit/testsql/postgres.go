@@ -1,4 +1,4 @@
-package postgres
+package testsql
 
 import (
 	"strconv"
@@ -6,24 +6,23 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/store"
 )
 
-// TestSQL returns the SQL the tests need of PostgreSQL (store.TestSQL).
-func (Driver) TestSQL() store.TestSQL { return testSQL{} }
+// Postgres is the SQL the tests need of PostgreSQL.
+type Postgres struct{}
 
-type testSQL struct{}
+var _ SQL = Postgres{}
 
-func (testSQL) Ago(d time.Duration) (string, any) {
+func (Postgres) Ago(d time.Duration) (string, any) {
 	return `now() - CAST(? AS float8) * interval '1 microsecond'`, d.Microseconds()
 }
 
-func (testSQL) MicrosUntil(column string) string {
+func (Postgres) MicrosUntil(column string) string {
 	return `CAST(extract(epoch FROM ` + column + ` - now()) * 1000000 AS bigint)`
 }
 
 // SetText casts the text to the outbox's uuid and jsonb columns.
-func (testSQL) SetText(column string) string {
+func (Postgres) SetText(column string) string {
 	switch column {
 	case "id":
 		return `id = CAST(? AS uuid)`
@@ -33,15 +32,15 @@ func (testSQL) SetText(column string) string {
 	return column + ` = ?`
 }
 
-func (testSQL) Refuse(t ident.Table, column, value string) []string {
+func (Postgres) Refuse(t ident.Table, column, value string) []string {
 	return []string{`ALTER TABLE ` + t.Quoted() + ` ADD CONSTRAINT refuse_` + column +
 		` CHECK (` + column + ` <> '` + value + `')`}
 }
 
-func (testSQL) Column(name string) string { return ident.Name(name).Quoted() }
+func (Postgres) Column(name string) string { return ident.Name(name).Quoted() }
 
 // Rebind numbers the ? placeholders outside quoted strings and names.
-func (testSQL) Rebind(query string) string {
+func (Postgres) Rebind(query string) string {
 	var (
 		b     strings.Builder
 		n     int
@@ -66,20 +65,20 @@ func (testSQL) Rebind(query string) string {
 	return b.String()
 }
 
-func (testSQL) LockWaiters() string {
+func (Postgres) LockWaiters() string {
 	return `SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'transactionid' AND transactionid = xid(pg_current_xact_id())`
 }
 
-func (testSQL) Tables() string {
+func (Postgres) Tables() string {
 	return `SELECT relname::text FROM pg_class WHERE relnamespace = current_schema()::regnamespace AND relkind IN ('r', 'p')`
 }
 
 // IdleTxTimeout sets idle_in_transaction_session_timeout (the DSN has a
 // query already: the schema's search_path).
-func (testSQL) IdleTxTimeout(dsn string, d time.Duration) string {
+func (Postgres) IdleTxTimeout(dsn string, d time.Duration) string {
 	return dsn + "&idle_in_transaction_session_timeout=" + strconv.FormatInt(d.Milliseconds(), 10)
 }
 
-func (testSQL) OneWriter() bool           { return false }
-func (testSQL) DeferredConstraints() bool { return true }
-func (testSQL) TypedIDs() bool            { return true }
+func (Postgres) OneWriter() bool           { return false }
+func (Postgres) DeferredConstraints() bool { return true }
+func (Postgres) TypedIDs() bool            { return true }

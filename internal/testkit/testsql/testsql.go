@@ -1,4 +1,10 @@
-package store
+// Package testsql is the SQL Herald's tests need of each database beyond what
+// Herald itself sends (SQL), one implementation per database: Postgres,
+// SQLite, MySQL. It is test support, outside the drivers' packages, so that
+// none of it reaches a production build; whoever opens a test's database
+// (testkit's Dialect, a driver's harness of the driver-level suite) hands the
+// tests the one of that database.
+package testsql
 
 import (
 	"time"
@@ -6,14 +12,14 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 )
 
-// TestSQL is the SQL Herald's tests need of one database beyond what Herald
+// SQL is the SQL Herald's tests need of one database beyond what Herald
 // itself sends: reading a row's clock columns, moving them, storing values
-// Herald would never write, making a table refuse a value. Each driver
-// supplies its own (Driver.TestSQL), so that the tests' helpers
-// (internal/testkit) and the driver-level suite (package drivertest) hold no
-// SQL of any one database and ask no driver its name. Herald itself never
-// calls it.
-type TestSQL interface {
+// Herald would never write, making a table refuse a value. Each database has
+// its own (Postgres, SQLite, MySQL), handed to the tests by whoever opened the
+// database, so that the tests' helpers (internal/testkit), the driver-level
+// suite (package drivertest) and the conformance suite hold no SQL of any one
+// database and ask no driver its name. Herald itself never calls it.
+type SQL interface {
 	// Ago returns an expression of the database's time d before its now, in
 	// the type of the outbox's timestamp columns, and its one argument.
 	Ago(d time.Duration) (expr string, arg any)
