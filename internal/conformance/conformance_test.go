@@ -1,9 +1,29 @@
-package conformance_test
+// Package conformance is Herald's conformance suite: the behaviour every
+// storage implementation must show, run through the public API (outboxhook,
+// relay, inbox, admin) against a real database. It sits above every package
+// it tests, outside the storage package (whose drivers it reaches through the
+// public API only), and runs itself on every database testkit knows
+// (TestConformance), as TestConformance/<database>/<area>/<name>:
+//
+//	go test ./internal/conformance -run 'TestConformance/sqlite/relay/'
+//
+// It is made of test files only: nothing of it is built but by its own test.
+//
+// The drivers' own methods are exercised one by one by the driver-level
+// suite, internal/store/drivertest, which each driver's package runs.
+//
+// It covers write-path atomicity in every GORM path the README lists (rollbacks,
+// savepoints, Save's fallback insert, retries, caller-opened transactions),
+// exactly-once writes, bad input, the relay's claims shared between instances,
+// backoff and death, requeue, ordered leases and takeover, cleanup, the
+// operator's requeues and purges racing each other and the relays' claims,
+// and the inbox's deduplication under concurrent duplicates. Models:
+// riverqueue/river's riverdrivertest, Watermill's pubsub/tests.
+package conformance
 
 import (
 	"testing"
 
-	"github.com/heraldgo/herald/internal/conformance"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 )
@@ -12,4 +32,32 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // TestConformance runs the conformance suite on every database the tests run
 // against (HERALD_TEST_DIALECTS picks some), in parallel.
-func TestConformance(t *testing.T) { testkit.ForEach(t, conformance.Run) }
+func TestConformance(t *testing.T) { testkit.ForEach(t, Run) }
+
+type namedTest struct {
+	name string
+	f    func(t *testing.T, d testkit.Dialect)
+}
+
+// Run runs the whole suite against d, each test in parallel on a database of
+// its own.
+func Run(t *testing.T, d testkit.Dialect) {
+	for _, group := range []struct {
+		name  string
+		tests []namedTest
+	}{
+		{"write", writeTests},
+		{"inbox", inboxTests},
+		{"relay", relayTests},
+		{"admin", adminTests},
+	} {
+		t.Run(group.name, func(t *testing.T) {
+			for _, tc := range group.tests {
+				t.Run(tc.name, func(t *testing.T) {
+					t.Parallel()
+					tc.f(t, d)
+				})
+			}
+		})
+	}
+}
