@@ -95,16 +95,7 @@ func pathLike(p string) bool {
 // build sees it) lists no broker adapter and no watermill-sql, and no package
 // of the library builds the Prometheus client.
 func TestLibraryNeedsNoBrokerAdapter(t *testing.T) {
-	run := func(args ...string) string {
-		cmd := exec.Command("go", args...)
-		cmd.Dir = "../.."
-		cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return string(out)
-	}
+	run := func(args ...string) string { return goLibrary(t, args...) }
 	adapter := regexp.MustCompile(`(?m)^(github\.com/ThreeDotsLabs/watermill-\S+|github\.com/nats-io/\S+|github\.com/rabbitmq/\S+|github\.com/twmb/franz-go\S*|github\.com/IBM/sarama)\s`)
 	if m := adapter.FindAllString(run("list", "-m", "all"), -1); len(m) > 0 {
 		t.Errorf("GOWORK=off go list -m all lists %v", m)
@@ -112,4 +103,27 @@ func TestLibraryNeedsNoBrokerAdapter(t *testing.T) {
 	if m := regexp.MustCompile(`(?m)^github\.com/prometheus/\S+$`).FindAllString(run("list", "-deps", "./..."), -1); len(m) > 0 {
 		t.Errorf("go list -deps ./... builds %v", m)
 	}
+}
+
+// docs/development.md says: no test code reaches a production build, so no
+// package of the library (its test-support packages included) builds
+// package testing.
+func TestLibraryBuildsNoTesting(t *testing.T) {
+	if m := regexp.MustCompile(`(?m)^testing(/\S+)?$`).FindAllString(goLibrary(t, "list", "-deps", "./..."), -1); len(m) > 0 {
+		t.Errorf("go list -deps ./... builds %v: a package that is not a test imports it", m)
+	}
+}
+
+// goLibrary runs the go command in the library's module, outside the
+// workspace (as a user's build sees it), and returns its output.
+func goLibrary(t testing.TB, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("go", args...)
+	cmd.Dir = "../.."
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=readonly")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
