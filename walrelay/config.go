@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -151,7 +151,7 @@ func (c *Config) setDefaults() {
 		c.Publication = DefaultPublication
 	}
 	if c.Prefix == "" {
-		c.Prefix = outboxhook.DefaultWALPrefix
+		c.Prefix = store.DefaultWALPrefix // outboxhook.DefaultWALPrefix
 	}
 	if c.PublishTimeout == 0 {
 		c.PublishTimeout = DefaultPublishTimeout
@@ -202,6 +202,14 @@ var name = regexp.MustCompile(`^[a-z0-9_]{1,63}$`)
 // or Publication that is not lowercase letters, digits and underscores (at
 // most 63), an invalid Table, a negative duration, MaxHeld or BatchSize.
 func (c Config) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parse applies c's defaults, checks c (Validate) and returns its Table
+// parsed: New, Setup, RecreateSlot and Drop call it once and keep what it
+// made; Validate calls it on a copy.
+func (c *Config) parse() (ident.Table, error) {
 	c.setDefaults()
 	var errs []error
 	if !name.MatchString(c.Slot) {
@@ -218,7 +226,8 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s is %v, must be positive", d.name, d.v))
 		}
 	}
-	if _, err := ident.ParseTable(c.Table); err != nil {
+	table, err := ident.ParseTable(c.Table)
+	if err != nil {
 		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
 	if c.MaxHeld < 0 {
@@ -229,7 +238,7 @@ func (c Config) Validate() error {
 	}
 	if p := c.Parked; p != nil {
 		pt, perr := ident.ParseTable(p.Table)
-		if ct, err := ident.ParseTable(c.Table); err == nil && perr == nil && pt.String() != ct.String() {
+		if err == nil && perr == nil && pt.String() != table.String() {
 			errs = append(errs, fmt.Errorf("invalid Parked: its Table %q is not Table %q", p.Table, c.Table))
 		}
 		if p.Ordered != c.Ordered {
@@ -243,7 +252,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("walrelay: invalid config: %w", err)
+		return ident.Table{}, fmt.Errorf("walrelay: invalid config: %w", err)
 	}
-	return nil
+	return table, nil
 }

@@ -5,11 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pglogrepl"
-
-	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/internal/store/postgres"
 )
 
 // A slot that vanished is never made again on its own: the events committed
@@ -25,7 +21,7 @@ import (
 // found, and the slot's last confirmed position seen when a relay
 // connected: a row per slot, written when the slot is made (or first found)
 // and, when the position moved, when a relay connects; never per event.
-const SlotMarkerTable = postgres.SlotMarkerTable
+const SlotMarkerTable = store.WALSlotsTable
 
 // SlotLostError is the error Setup and Run return, wrapping [ErrSlot], for
 // a slot that existed and is gone (dropped by hand, or this server is a
@@ -97,25 +93,24 @@ type Recreated struct {
 // which events may have been lost. A slot that exists and is usable is left
 // alone (Created false). herald wal recreate runs it.
 func RecreateSlot(ctx context.Context, dsn string, cfg Config) (Recreated, error) {
-	if err := cfg.Validate(); err != nil {
+	cfg.RecreateLostSlot = true
+	r, err := newRelay(dsn, cfg)
+	if err != nil {
 		return Recreated{}, err
 	}
-	cfg.RecreateLostSlot = true
-	cfg.setDefaults()
-	r := &Relay{dsn: dsn, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot)}
 	return r.setup(ctx)
 }
 
 // known is what this Relay knows of its slot: that it set it up or
 // streamed it, and the last position it saw confirmed.
-func (r *Relay) known() (seen bool, lsn pglogrepl.LSN) {
+func (r *Relay) known() (seen bool, lsn store.LSN) {
 	r.slotMu.Lock()
 	defer r.slotMu.Unlock()
 	return r.slotSeen, r.slotLSN
 }
 
 // saw records that the slot exists, confirmed at least at lsn.
-func (r *Relay) saw(lsn pglogrepl.LSN) {
+func (r *Relay) saw(lsn store.LSN) {
 	r.slotMu.Lock()
 	defer r.slotMu.Unlock()
 	r.slotSeen = true
@@ -126,36 +121,41 @@ func (r *Relay) saw(lsn pglogrepl.LSN) {
 // it in the table of the slots' rows; a slot that existed and is gone (or
 // invalidated) is made again only with Config.RecreateLostSlot, else it
 // returns a [SlotLostError]. What it made is reported.
-func (r *Relay) ensureSlot(ctx context.Context, x store.Execer, t ident.Table) (Recreated, error) {
+func (r *Relay) ensureSlot(ctx context.Context, x store.Execer) (Recreated, error) {
 	slot := r.cfg.Slot
 	rec := Recreated{Slot: slot}
-	mt := postgres.SlotMarkers(t)
-	if err := postgres.EnsureSlotMarkers(ctx, x, mt); err != nil {
+	recs := r.wal.SlotRecords(r.table)
+	mt := recs.Table()
+	if err := recs.Ensure(ctx, x); err != nil {
 		return rec, fmt.Errorf("walrelay: create table %s: %w", mt, err)
 	}
 	// The row before the slot: a row is written after its slot is made,
 	// so a row seen here with no slot seen next is a slot that was lost,
 	// not one another relay is making.
-	m, marked, err := postgres.ReadSlotMarker(ctx, x, mt, slot)
+	m, marked, err := recs.Read(ctx, x, slot)
 	if err != nil {
 		return rec, fmt.Errorf("walrelay: read %s: %w", mt, err)
 	}
-	s, found, err := postgres.ReadSlot(ctx, x, slot)
+	s, found, err := r.wal.Slot(ctx, x, slot)
 	if err != nil {
 		return rec, fmt.Errorf("walrelay: read slot %s: %w", slot, err)
 	}
 	seen, seenLSN := r.known()
 	lost := &SlotLostError{Slot: slot}
-	if marked {
-		lost.LastConfirmed, lost.Seen = m.ConfirmedLSN, m.UpdatedAt
+	var last store.LSN // lost.LastConfirmed, once known
+	confirmed := func(lsn store.LSN, at time.Time) {
+		last, lost.LastConfirmed, lost.Seen = lsn, lsn.String(), at
 	}
-	if seenLSN != 0 && (lost.LastConfirmed == "" || later(seenLSN, lost.LastConfirmed)) {
-		lost.LastConfirmed, lost.Seen = seenLSN.String(), time.Time{}
+	if marked {
+		confirmed(m.Confirmed, m.UpdatedAt)
+	}
+	if seenLSN != 0 && (lost.LastConfirmed == "" || seenLSN > last) {
+		confirmed(seenLSN, time.Time{})
 	}
 	if found && s.WALStatus == "lost" {
 		lost.Invalidated = true
-		if s.ConfirmedLSN != "" && s.ConfirmedLSN != "0/0" && (lost.LastConfirmed == "" || laterText(s.ConfirmedLSN, lost.LastConfirmed)) {
-			lost.LastConfirmed, lost.Seen = s.ConfirmedLSN, time.Time{}
+		if s.Confirmed != 0 && (lost.LastConfirmed == "" || s.Confirmed > last) {
+			confirmed(s.Confirmed, time.Time{})
 		}
 		if !r.cfg.RecreateLostSlot {
 			return rec, lost
@@ -163,7 +163,7 @@ func (r *Relay) ensureSlot(ctx context.Context, x store.Execer, t ident.Table) (
 		if s.Active {
 			return rec, fmt.Errorf("%w: %s is streamed by another session; stop it first", ErrSlotActive, slot)
 		}
-		if _, err := postgres.DropSlot(ctx, x, slot); err != nil {
+		if _, err := r.wal.DropSlot(ctx, x, slot); err != nil {
 			return rec, fmt.Errorf("walrelay: drop the invalidated slot %s: %w", slot, err)
 		}
 		found = false
@@ -173,15 +173,15 @@ func (r *Relay) ensureSlot(ctx context.Context, x store.Execer, t ident.Table) (
 		if wasLost && !r.cfg.RecreateLostSlot {
 			return rec, lost
 		}
-		start, created, err := postgres.CreateSlot(ctx, x, slot)
+		start, created, err := r.wal.CreateSlot(ctx, x, slot)
 		if err != nil {
 			return rec, fmt.Errorf("walrelay: create slot %s: %w", slot, err)
 		}
 		if created {
-			rec.Created, rec.Start = true, start
+			rec.Created, rec.Start = true, start.String()
 			if wasLost {
 				rec.Lost, rec.Invalidated, rec.LastConfirmed = true, lost.Invalidated, lost.LastConfirmed
-				if err := postgres.ResetSlotMarker(ctx, x, mt, slot, start); err != nil {
+				if err := recs.Reset(ctx, x, slot, start); err != nil {
 					return rec, fmt.Errorf("walrelay: record slot %s in %s: %w", slot, mt, err)
 				}
 				from := rec.LastConfirmed
@@ -189,11 +189,11 @@ func (r *Relay) ensureSlot(ctx context.Context, x store.Execer, t ident.Table) (
 					from = "an unknown position"
 				}
 				r.log.ErrorContext(ctx, "walrelay: lost slot made again (RecreateLostSlot): events committed after "+
-					from+" and before "+start+" may never be published",
-					"last_confirmed", rec.LastConfirmed, "new_start", start, "invalidated", rec.Invalidated)
+					from+" and before "+rec.Start+" may never be published",
+					"last_confirmed", rec.LastConfirmed, "new_start", rec.Start, "invalidated", rec.Invalidated)
 			}
 		} // else another relay made it meanwhile
-		if s, found, err = postgres.ReadSlot(ctx, x, slot); err != nil {
+		if s, found, err = r.wal.Slot(ctx, x, slot); err != nil {
 			return rec, fmt.Errorf("walrelay: read slot %s: %w", slot, err)
 		}
 		if !found { // dropped again at once
@@ -209,23 +209,9 @@ func (r *Relay) ensureSlot(ctx context.Context, x store.Execer, t ident.Table) (
 		lost.Invalidated = true
 		return rec, lost
 	}
-	if err := postgres.MarkSlot(ctx, x, mt, slot, s.ConfirmedLSN); err != nil {
+	if err := recs.Mark(ctx, x, slot, s.Confirmed); err != nil {
 		return rec, fmt.Errorf("walrelay: record slot %s in %s: %w", slot, mt, err)
 	}
-	lsn, _ := pglogrepl.ParseLSN(s.ConfirmedLSN)
-	r.saw(lsn)
+	r.saw(s.Confirmed)
 	return rec, nil
-}
-
-// later reports whether a is after the position b (pg_lsn text); an
-// unreadable b is before anything.
-func later(a pglogrepl.LSN, b string) bool {
-	lb, err := pglogrepl.ParseLSN(b)
-	return err != nil || a > lb
-}
-
-// laterText is later with a in pg_lsn text.
-func laterText(a, b string) bool {
-	la, err := pglogrepl.ParseLSN(a)
-	return err == nil && later(la, b)
 }

@@ -5,9 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-
-	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/store/postgres"
 )
 
 // ErrSlotActive is returned by Drop for a slot a relay still streams: stop
@@ -19,11 +16,10 @@ var ErrSlotActive = errors.New("walrelay: replication slot is in use")
 // (*Relay).Setup does, without a relay: for a deployment step, or the
 // herald command's "wal setup", run before the first event is written.
 func Setup(ctx context.Context, dsn string, cfg Config) error {
-	if err := cfg.Validate(); err != nil {
+	r, err := newRelay(dsn, cfg)
+	if err != nil {
 		return err
 	}
-	cfg.setDefaults()
-	r := &Relay{dsn: dsn, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot)}
 	return r.Setup(ctx)
 }
 
@@ -42,12 +38,16 @@ type Dropped struct {
 // a slot dropped this way is not a lost one, and a relay set up later makes
 // it afresh.
 func Drop(ctx context.Context, db *sql.DB, cfg Config) (Dropped, error) {
-	if err := cfg.Validate(); err != nil {
+	table, err := cfg.parse()
+	if err != nil {
 		return Dropped{}, err
 	}
-	cfg.setDefaults()
+	_, w, err := walDriver()
+	if err != nil {
+		return Dropped{}, err
+	}
 	var d Dropped
-	s, err := ReadSlot(ctx, db, cfg.Slot)
+	s, err := readSlot(ctx, w, db, cfg.Slot)
 	if err != nil {
 		return d, err
 	}
@@ -55,19 +55,15 @@ func Drop(ctx context.Context, db *sql.DB, cfg Config) (Dropped, error) {
 		return d, fmt.Errorf("%w: %s is streamed by process %d; stop the relay first", ErrSlotActive, cfg.Slot, s.ActivePID)
 	}
 	if s.Exists {
-		if d.Slot, err = postgres.DropSlot(ctx, db, cfg.Slot); err != nil {
+		if d.Slot, err = w.DropSlot(ctx, db, cfg.Slot); err != nil {
 			return d, fmt.Errorf("walrelay: drop slot %s: %w", cfg.Slot, err)
 		}
 	}
-	if d.Publication, err = postgres.DropPublication(ctx, db, cfg.Publication); err != nil {
+	if d.Publication, err = w.DropPublication(ctx, db, cfg.Publication); err != nil {
 		return d, fmt.Errorf("walrelay: drop publication %s: %w", cfg.Publication, err)
 	}
 	// Dropped on purpose: a relay set up again later starts afresh.
-	t, err := ident.ParseTable(cfg.Table)
-	if err != nil {
-		return d, fmt.Errorf("walrelay: invalid Table: %w", err)
-	}
-	if _, err := postgres.DeleteSlotMarker(ctx, db, postgres.SlotMarkers(t), cfg.Slot); err != nil {
+	if _, err := w.SlotRecords(table).Delete(ctx, db, cfg.Slot); err != nil {
 		return d, fmt.Errorf("walrelay: forget slot %s in %s: %w", cfg.Slot, SlotMarkerTable, err)
 	}
 	return d, nil

@@ -9,17 +9,17 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pglogrepl"
 
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/internal/store/postgres"
-	"github.com/heraldgo/herald/relay"
 )
 
-// A table relay takes a WAL relay as its Config.Confirmer.
-var _ relay.Confirmer = (*Relay)(nil)
+// The session: what one stream knows of the events it took (held, pending)
+// and of the position every event before which is settled, which it
+// confirms. It takes the reader's items (take): an event goes to be
+// published (pipeline.go) or, behind its aggregate's, held or parked
+// (park.go).
 
 // held is an event of the stream the relay has not settled: read and not
 // yet published (pending), or held: its publish failed and nothing yet
@@ -31,7 +31,7 @@ type held struct {
 	env   events.Envelope
 	msg   *message.Message // until its first publish; then made again from env
 	sent  bool             // msg was given to the publisher
-	lsn   pglogrepl.LSN
+	lsn   store.LSN
 	seq   int64  // its place in the stream: the session's count of events
 	tx    int64  // the session's count of the transaction it is in
 	agg   string // its aggregate's key, "" for none
@@ -53,7 +53,7 @@ func (h *held) message() *message.Message {
 // of an earlier one were held.
 type commit struct {
 	tx  int64
-	end pglogrepl.LSN
+	end store.LSN
 }
 
 // session is what one stream knows: the position every event before which
@@ -64,7 +64,7 @@ type session struct {
 	db *sql.DB // for parking
 	c  *outbound.Caller
 
-	confirmed pglogrepl.LSN
+	confirmed store.LSN
 	pos       atomic.Uint64 // confirmed, for the reader's status reports
 	tx        int64         // transactions begun
 	events    int64         // events taken
@@ -97,27 +97,10 @@ func aggKey(r *store.Row) string {
 	return r.AggregateType + "\x00" + r.AggregateID
 }
 
-// loadParked reads which aggregates have pending events in the table
-// (ordered mode), parked by an earlier session or another relay.
-func (s *session) loadParked(ctx context.Context) error {
-	s.parked = map[string]bool{}
-	if !s.r.cfg.Ordered {
-		return nil
-	}
-	aggs, err := postgres.PendingAggregates(ctx, s.db, s.r.table)
-	if err != nil {
-		return fmt.Errorf("walrelay: read pending aggregates: %w", err)
-	}
-	for _, a := range aggs {
-		s.parked[a[0]+"\x00"+a[1]] = true
-	}
-	return nil
-}
-
 // begin and end follow the stream's transactions.
 func (s *session) begin() { s.tx++; s.inTx = true }
 
-func (s *session) end(lsn pglogrepl.LSN) {
+func (s *session) end(lsn store.LSN) {
 	s.inTx = false
 	if len(s.held) == 0 && len(s.pending) == 0 && len(s.commits) == 0 {
 		s.confirm(lsn)
@@ -128,14 +111,14 @@ func (s *session) end(lsn pglogrepl.LSN) {
 }
 
 // confirm moves the confirmed position to lsn.
-func (s *session) confirm(lsn pglogrepl.LSN) {
+func (s *session) confirm(lsn store.LSN) {
 	s.confirmed = lsn
 	s.pos.Store(uint64(lsn))
 }
 
 // idle moves the position to what the server sent, when nothing is in
 // flight.
-func (s *session) idle(walEnd pglogrepl.LSN) {
+func (s *session) idle(walEnd store.LSN) {
 	if !s.inTx && len(s.held) == 0 && len(s.pending) == 0 && len(s.commits) == 0 && walEnd > s.confirmed {
 		s.confirm(walEnd)
 	}
@@ -157,6 +140,24 @@ func (s *session) advance() {
 	}
 }
 
+// take handles what the reader passed on.
+func (s *session) take(ctx context.Context, it item) error {
+	switch it.kind {
+	case itemBegin:
+		s.begin()
+	case itemCommit:
+		s.end(it.lsn)
+	case itemKeepalive:
+		s.idle(it.lsn)
+	case itemEvent:
+		if it.ev == nil { // undecodable: the decoder logged it
+			return nil
+		}
+		return s.event(ctx, it.ev)
+	}
+	return nil
+}
+
 // event takes an event of the stream: held behind its aggregate's (ordered
 // mode), parked behind its aggregate's rows (ordered mode), held untried
 // while the broker looks down, else pending, to be published with the
@@ -174,15 +175,8 @@ func (s *session) event(ctx context.Context, h *held) error {
 			s.hold(h)
 			return nil
 		}
-		if s.parked[h.agg] {
-			pending, err := postgres.AggregatePending(ctx, s.db, s.r.table, h.row.AggregateType, h.row.AggregateID)
-			if err != nil {
-				return fmt.Errorf("walrelay: read parked events of %s %s: %w", h.row.AggregateType, h.row.AggregateID, err)
-			}
-			if pending {
-				return s.park(ctx, []*held{h})
-			}
-			delete(s.parked, h.agg) // its events flow from the WAL again
+		if parked, err := s.parkBehind(ctx, h); parked || err != nil {
+			return err
 		}
 	}
 	if s.streak >= 2 { // the broker looks down: the retries probe it, in order
@@ -204,6 +198,47 @@ func (s *session) hold(h *held) {
 	}
 	s.held = slices.Insert(s.held, i, h)
 }
+
+// holds reports whether an event of the aggregate agg is held.
+func (s *session) holds(agg string) bool {
+	for _, h := range s.held {
+		if h.agg == agg {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *session) isHeld(h *held) bool {
+	for _, o := range s.held {
+		if o == h {
+			return true
+		}
+	}
+	return false
+}
+
+// remove drops items from the held events.
+func (s *session) remove(items []*held) {
+	gone := make(map[*held]bool, len(items))
+	for _, h := range items {
+		gone[h] = true
+	}
+	kept := s.held[:0]
+	for _, h := range s.held {
+		if !gone[h] {
+			kept = append(kept, h)
+		}
+	}
+	clear(s.held[len(kept):])
+	s.held = kept
+	s.advance()
+}
+
+// Publishing and its outcome: the session's pending events published
+// together (flush), the held ones retried when due, and what each call's
+// result makes of its events: settled, held to be tried again, or parked
+// (park.go) once their failure is told to be their own.
 
 // flush publishes the pending events, in stream order: each run of one
 // topic in one call (at most Config.BatchSize, since the session takes no
@@ -328,34 +363,6 @@ func (s *session) tryRun(ctx context.Context, run []*held) error {
 	return nil
 }
 
-// take handles what the reader passed on.
-func (s *session) take(ctx context.Context, it item) error {
-	switch it.kind {
-	case itemBegin:
-		s.begin()
-	case itemCommit:
-		s.end(it.lsn)
-	case itemKeepalive:
-		s.idle(it.lsn)
-	case itemEvent:
-		if it.ev == nil { // undecodable: the decoder logged it
-			return nil
-		}
-		return s.event(ctx, it.ev)
-	}
-	return nil
-}
-
-// holds reports whether an event of the aggregate agg is held.
-func (s *session) holds(agg string) bool {
-	for _, h := range s.held {
-		if h.agg == agg {
-			return true
-		}
-	}
-	return false
-}
-
 // retryDue reports whether a held event is due to be tried.
 func (s *session) retryDue() bool { return len(s.held) > 0 && !time.Now().Before(s.retryAt) }
 
@@ -455,13 +462,53 @@ func (s *session) succeeded(ctx context.Context) error {
 	return nil
 }
 
-func (s *session) isHeld(h *held) bool {
-	for _, o := range s.held {
-		if o == h {
-			return true
-		}
+// call publishes msgs (of topic) in one call of c, within
+// Config.PublishTimeout, and returns each message's error and how long the
+// call took. A call that published a message counts for SucceededSince.
+func (r *Relay) call(ctx context.Context, c *outbound.Caller, topic string, msgs []*message.Message) ([]error, time.Duration) {
+	res := c.Call(ctx, topic, msgs)
+	r.ok.Add(res)
+	return res.Errs, res.End.Sub(res.Start)
+}
+
+// Parking: the events the broker refuses (and, in ordered mode, the later
+// events of their aggregates) written as rows of the outbox table
+// (Config.Table), where a table relay retries and dead-letters them; once
+// written they are settled.
+
+// loadParked reads which aggregates have pending events in the table
+// (ordered mode), parked by an earlier session or another relay.
+func (s *session) loadParked(ctx context.Context) error {
+	s.parked = map[string]bool{}
+	if !s.r.cfg.Ordered {
+		return nil
 	}
-	return false
+	aggs, err := s.r.parking.PendingAggregates(ctx, s.db)
+	if err != nil {
+		return fmt.Errorf("walrelay: read pending aggregates: %w", err)
+	}
+	for _, a := range aggs {
+		s.parked[a.Type+"\x00"+a.ID] = true
+	}
+	return nil
+}
+
+// parkBehind parks h (ordered mode) when its aggregate has events in the
+// table not yet published or dead, reporting whether it did; an aggregate
+// with none left there is forgotten: its events flow from the WAL again.
+func (s *session) parkBehind(ctx context.Context, h *held) (bool, error) {
+	if !s.parked[h.agg] {
+		return false, nil
+	}
+	pending, err := s.r.parking.AggregatePending(ctx, s.db, store.Aggregate{Type: h.row.AggregateType, ID: h.row.AggregateID})
+	if err != nil {
+		return false, fmt.Errorf("walrelay: read parked events of %s %s: %w", h.row.AggregateType, h.row.AggregateID, err)
+	}
+	if pending {
+		return true, s.park(ctx, []*held{h})
+	}
+	delete(s.parked, h.agg) // its events flow from the WAL again
+	return false, nil
 }
 
 // parkWith parks h and, in ordered mode, the held events of its aggregate
@@ -501,7 +548,7 @@ func (s *session) park(ctx context.Context, items []*held) error {
 		return fmt.Errorf("walrelay: park: insert: %w", err)
 	}
 	if len(fails) > 0 {
-		if _, err := s.r.marker.MarkFailed(ctx, tx, fails, nil); err != nil {
+		if err := s.r.parking.MarkFailed(ctx, tx, fails); err != nil {
 			return fmt.Errorf("walrelay: park: mark failed: %w", err)
 		}
 	}
@@ -519,21 +566,4 @@ func (s *session) park(ctx context.Context, items []*held) error {
 	}
 	s.advance()
 	return nil
-}
-
-// remove drops items from the held events.
-func (s *session) remove(items []*held) {
-	gone := make(map[*held]bool, len(items))
-	for _, h := range items {
-		gone[h] = true
-	}
-	kept := s.held[:0]
-	for _, h := range s.held {
-		if !gone[h] {
-			kept = append(kept, h)
-		}
-	}
-	clear(s.held[len(kept):])
-	s.held = kept
-	s.advance()
 }

@@ -1,23 +1,20 @@
 package walrelay
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
 	"sync"
 	"sync/atomic"
 
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgproto3"
-
 	"github.com/heraldgo/herald/internal/outbound"
+	"github.com/heraldgo/herald/internal/store"
 )
 
-// The stream is handled by goroutines of stream's: the reader receives and
-// parses the replication messages and passes them on in chunks, in stream
+// The stream is handled by goroutines of stream's: the reader receives the
+// stream's items (store.WALStream) and passes them on in chunks, in stream
 // order, through a channel; decoders (decoders of them) decode the chunks'
 // events meanwhile, in parallel; stream's own goroutine (the session) takes
 // each chunk once decoded, in order, publishes the events, parks the
@@ -30,16 +27,16 @@ import (
 const (
 	itemBegin     = iota // a transaction begins
 	itemCommit           // it committed: lsn is its end
-	itemEvent            // a Herald event of it: ev, once decoded (nil: undecodable, skipped)
+	itemEvent            // a Herald event of it: ev, once decoded (nil: undecodable, skipped); lsn is its message's
 	itemKeepalive        // the server's keepalive: lsn is its WAL end
 )
 
 // item is what the reader passes on to the session.
 type item struct {
-	kind int
-	lsn  pglogrepl.LSN
-	raw  *pglogrepl.LogicalDecodingMessage // an event's, until decoded
-	ev   *held
+	kind    int
+	lsn     store.LSN
+	content []byte // an event's message, until decoded
+	ev      *held
 }
 
 // chunk is items the reader passes on together: a transaction, or
@@ -63,13 +60,14 @@ var decoders = min(max(runtime.GOMAXPROCS(0), 1), 4)
 
 // reader reads the stream ahead of the session.
 type reader struct {
-	conn     *pgconn.PgConn
+	st       store.WALStream
+	wal      store.WAL // its Decode
 	cfg      *Config
 	log      *slog.Logger
 	out      chan *chunk    // to the session, in stream order
 	work     chan *chunk    // to the decoders
 	pos      *atomic.Uint64 // the position to report: the session's confirmed
-	reported pglogrepl.LSN  // the last position reported
+	reported store.LSN      // the last position reported
 	err      error          // why it stopped; read once out is closed
 
 	cur    *chunk
@@ -77,8 +75,8 @@ type reader struct {
 	cancel context.CancelFunc
 }
 
-func newReader(conn *pgconn.PgConn, cfg *Config, log *slog.Logger, pos *atomic.Uint64) *reader {
-	return &reader{conn: conn, cfg: cfg, log: log, pos: pos, cur: &chunk{},
+func newReader(st store.WALStream, w store.WAL, cfg *Config, log *slog.Logger, pos *atomic.Uint64) *reader {
+	return &reader{st: st, wal: w, cfg: cfg, log: log, pos: pos, cur: &chunk{},
 		out: make(chan *chunk, chunksAhead), work: make(chan *chunk, chunksAhead)}
 }
 
@@ -86,7 +84,7 @@ func newReader(conn *pgconn.PgConn, cfg *Config, log *slog.Logger, pos *atomic.U
 // work. Its decoders end once work is drained; wg waits for them.
 func (rd *reader) run(ctx context.Context, wg *sync.WaitGroup) {
 	for range decoders {
-		wg.Go(rd.decode)
+		wg.Go(rd.decodeWork)
 	}
 	defer close(rd.out)
 	defer close(rd.work)
@@ -95,8 +93,8 @@ func (rd *reader) run(ctx context.Context, wg *sync.WaitGroup) {
 	rd.err = rd.loop(ctx)
 }
 
-// decode decodes the events of the chunks of work, until it is closed.
-func (rd *reader) decode() {
+// decodeWork decodes the events of the chunks of work, until it is closed.
+func (rd *reader) decodeWork() {
 	for c := range rd.work {
 		rd.decodeChunk(c)
 		close(c.done)
@@ -110,11 +108,11 @@ func (rd *reader) decodeChunk(c *chunk) {
 		if it.kind != itemEvent {
 			continue
 		}
-		h, err := decode(it.raw)
+		h, err := rd.decode(it)
 		if err != nil {
-			rd.log.Error("walrelay: undecodable event skipped", "error", err, "lsn", it.raw.LSN)
+			rd.log.Error("walrelay: undecodable event skipped", "error", err, "lsn", it.lsn)
 		}
-		it.ev, it.raw = h, nil
+		it.ev, it.content = h, nil
 	}
 }
 
@@ -129,8 +127,8 @@ func (rd *reader) renew(ctx context.Context) {
 // report sends the confirmed position to the server and starts the next
 // period.
 func (rd *reader) report(ctx context.Context) error {
-	lsn := pglogrepl.LSN(rd.pos.Load())
-	if err := pglogrepl.SendStandbyStatusUpdate(ctx, rd.conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: lsn}); err != nil {
+	lsn := store.LSN(rd.pos.Load())
+	if err := rd.st.Report(ctx, lsn); err != nil {
 		return fmt.Errorf("walrelay: send status: %w", err)
 	}
 	rd.reported = lsn
@@ -148,12 +146,12 @@ func (rd *reader) due(ctx context.Context) error {
 
 func (rd *reader) loop(ctx context.Context) error {
 	for {
-		raw, err := rd.conn.ReceiveMessage(rd.period)
+		si, err := rd.st.Receive(rd.period)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			if pgconn.Timeout(err) {
+			if errors.Is(err, store.ErrReceiveTimeout) {
 				if err := rd.flush(ctx); err != nil {
 					return err
 				}
@@ -162,56 +160,23 @@ func (rd *reader) loop(ctx context.Context) error {
 				}
 				continue
 			}
-			return fmt.Errorf("walrelay: receive: %w", err)
-		}
-		var data []byte
-		switch m := raw.(type) {
-		case *pgproto3.ErrorResponse:
-			return fmt.Errorf("walrelay: stream: %w", pgconn.ErrorResponseToPgError(m))
-		case *pgproto3.CopyData:
-			data = m.Data
-		default:
-			continue
-		}
-		if len(data) == 0 {
-			continue
+			return fmt.Errorf("walrelay: %w", err)
 		}
 		var it item
-		switch data[0] {
-		case pglogrepl.PrimaryKeepaliveMessageByteID:
-			k, err := pglogrepl.ParsePrimaryKeepaliveMessage(data[1:])
-			if err != nil {
-				return fmt.Errorf("walrelay: keepalive: %w", err)
-			}
-			if k.ReplyRequested {
+		switch si.Kind {
+		case store.StreamKeepalive:
+			if si.ReplyRequested {
 				if err := rd.report(ctx); err != nil {
 					return err
 				}
 			}
-			it = item{kind: itemKeepalive, lsn: k.ServerWALEnd}
-		case pglogrepl.XLogDataByteID:
-			x, err := pglogrepl.ParseXLogData(data[1:])
-			if err != nil {
-				return fmt.Errorf("walrelay: xlog data: %w", err)
-			}
-			msg, err := pglogrepl.Parse(x.WALData)
-			if err != nil {
-				continue // a message pgoutput sends that pglogrepl does not parse: not Herald's
-			}
-			switch m := msg.(type) {
-			case *pglogrepl.BeginMessage:
-				it = item{kind: itemBegin}
-			case *pglogrepl.CommitMessage:
-				it = item{kind: itemCommit, lsn: m.TransactionEndLSN}
-			case *pglogrepl.LogicalDecodingMessage:
-				if !m.Transactional || m.Prefix != rd.cfg.Prefix {
-					continue
-				}
-				m.Content = bytes.Clone(m.Content) // it was the connection's buffer, which the next receive reuses
-				it = item{kind: itemEvent, raw: m}
-			default:
-				continue
-			}
+			it = item{kind: itemKeepalive, lsn: si.LSN}
+		case store.StreamBegin:
+			it = item{kind: itemBegin}
+		case store.StreamCommit:
+			it = item{kind: itemCommit, lsn: si.LSN}
+		case store.StreamMessage:
+			it = item{kind: itemEvent, lsn: si.LSN, content: si.Content}
 		default:
 			continue
 		}
@@ -308,10 +273,11 @@ func (in *inbox) next() item {
 	return it
 }
 
-// decode makes the event of a logical message: its outbox row (to park it)
-// and its message, from one decoding of the content.
-func decode(m *pglogrepl.LogicalDecodingMessage) (*held, error) {
-	row, err := messageRow(m.Content)
+// decode makes the event of a logical message (it, an itemEvent): its
+// outbox row (to park it) and its message, from one decoding of the content
+// (the driver's Decode).
+func (rd *reader) decode(it *item) (*held, error) {
+	row, err := rd.wal.Decode(it.content)
 	if err != nil {
 		return nil, err
 	}
@@ -319,5 +285,5 @@ func decode(m *pglogrepl.LogicalDecodingMessage) (*held, error) {
 	if err != nil {
 		return nil, fmt.Errorf("walrelay: decode message: %w", err)
 	}
-	return &held{row: row, env: env, msg: outbound.Message(env), lsn: m.LSN, agg: aggKey(&row)}, nil
+	return &held{row: row, env: env, msg: outbound.Message(env), lsn: it.lsn, agg: aggKey(&row)}, nil
 }

@@ -10,18 +10,15 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5/pgconn"
-	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for Setup
-
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the relay's pools
 	gormpg "gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/internal/telemetry"
 	"github.com/heraldgo/herald/publish"
 	"github.com/heraldgo/herald/relay"
@@ -56,13 +53,15 @@ var (
 // Relay streams a slot at a time: others on the same slot (in other
 // processes, for failover) wait to take over (see Run).
 type Relay struct {
-	dsn    string
-	pub    message.Publisher
-	cfg    Config
-	log    *slog.Logger
-	table  ident.Table         // where refused events are parked
-	outbox store.Outbox        // its rows: the driver's Insert
-	marker postgres.FailMarker // and its mark of failures
+	dsn     string
+	pub     message.Publisher
+	cfg     Config // defaults applied
+	log     *slog.Logger
+	table   ident.Table   // Config.Table, parsed: where refused events are parked
+	drv     store.Driver  // the database's implementation
+	wal     store.WAL     // and its WAL
+	outbox  store.Outbox  // the table's rows: the driver's Insert
+	parking store.Parking // and its mark of failures, its pending aggregates
 
 	m *counters
 
@@ -70,8 +69,8 @@ type Relay struct {
 	ok     outbound.Evidence // its calls that acknowledged a message
 
 	slotMu   sync.Mutex
-	slotSeen bool          // Setup found or made the slot, or a stream read it
-	slotLSN  pglogrepl.LSN // the last position seen confirmed
+	slotSeen bool      // Setup found or made the slot, or a stream read it
+	slotLSN  store.LSN // the last position seen confirmed
 }
 
 // New returns a relay that streams the database of dsn (a PostgreSQL URL or
@@ -82,25 +81,68 @@ func New(dsn string, pub message.Publisher, cfg Config) (*Relay, error) {
 	if pub == nil {
 		return nil, errors.New("walrelay: nil publisher")
 	}
-	if err := cfg.Validate(); err != nil {
+	r, err := newRelay(dsn, cfg)
+	if err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
-	if _, err := pgconn.ParseConfig(dsn); err != nil {
+	if err := r.wal.CheckDSN(dsn); err != nil {
 		return nil, fmt.Errorf("walrelay: parse dsn: %w", err)
 	}
-	t, err := ident.ParseTable(cfg.Table)
+	r.pub = pub
+	r.caller = outbound.NewCaller(pub, r.cfg.PublishTimeout, telemetry.Tracer(r.cfg.TracerProvider), r.cfg.MessagingSystem)
+	r.m = newCounters(r.cfg.MeterProvider, r.cfg.Slot)
+	return r, nil
+}
+
+// newRelay is the relay of cfg on the database of dsn, with no publisher:
+// what New completes, and what Setup and RecreateSlot set up. It parses cfg
+// (Config.parse), once.
+func newRelay(dsn string, cfg Config) (*Relay, error) {
+	table, err := cfg.parse()
 	if err != nil {
-		return nil, fmt.Errorf("walrelay: invalid Table: %w", err)
+		return nil, err
 	}
-	var drv postgres.Driver
-	return &Relay{dsn: dsn, pub: pub, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot),
-		caller: outbound.NewCaller(pub, cfg.PublishTimeout, telemetry.Tracer(cfg.TracerProvider), cfg.MessagingSystem),
-		table:  t, outbox: drv.Outbox(t), marker: postgres.NewFailMarker(t), m: newCounters(cfg.MeterProvider, cfg.Slot)}, nil
+	drv, w, err := walDriver()
+	if err != nil {
+		return nil, err
+	}
+	return &Relay{dsn: dsn, cfg: cfg, log: cfg.Logger.With("slot", cfg.Slot), table: table,
+		drv: drv, wal: w, outbox: drv.Outbox(table), parking: w.Parking(table)}, nil
 }
 
 // Config returns the relay's configuration, defaults applied.
 func (r *Relay) Config() Config { return r.cfg }
+
+// SucceededSince reports whether a Publish call of the relay that began at t
+// or later succeeded: a relay.Relay on the table this relay parks refused
+// events in, with the same publisher, takes it as its Config.Confirmer, so
+// that the WAL's traffic confirms the refusals of the events parked there.
+// Safe for concurrent use.
+func (r *Relay) SucceededSince(t time.Time) bool { return r.ok.SucceededSince(t) }
+
+// The relay's database is PostgreSQL (New takes its DSN): its pools are
+// pgx's, its driver the one internal/drivers picks for GORM's PostgreSQL
+// dialector, the one the parked relay (Config.Parked) opens its pool with.
+// Everything else goes through that driver (store.WAL).
+
+// walDriver returns the driver of the relay's database and its WAL.
+func walDriver() (store.Driver, store.WAL, error) {
+	drv, err := drivers.ForDialector(gormpg.New(gormpg.Config{}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("walrelay: %w", err)
+	}
+	w := drv.WAL()
+	if w == nil {
+		return nil, nil, fmt.Errorf("walrelay: %w: %s keeps no outbox in its log", store.ErrNotSupported, drv.Name())
+	}
+	return drv, w, nil
+}
+
+// openDB opens a pool on the database of dsn.
+func openDB(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }
+
+// dialector is GORM's dialector on db, a pool of the relay's database.
+func dialector(db *sql.DB) gorm.Dialector { return gormpg.New(gormpg.Config{Conn: db}) }
 
 // Setup checks that the server can stream the relay's slot (wal_level,
 // [ErrWALLevel]; the REPLICATION right, [ErrReplicationRight]) and creates
@@ -117,18 +159,18 @@ func (r *Relay) Setup(ctx context.Context) error {
 	return err
 }
 
-// setup is Setup, reporting the slot it made.
+// setup is Setup, reporting the slot it made (ensureSlot).
 func (r *Relay) setup(ctx context.Context) (rec Recreated, err error) {
 	rec.Slot = r.cfg.Slot
-	db, err := sql.Open("pgx", r.dsn)
+	db, err := openDB(r.dsn)
 	if err != nil {
 		return rec, fmt.Errorf("walrelay: open: %w", err)
 	}
 	defer func() { _ = db.Close() }()
-	if err := postgres.CheckWALLevel(ctx, db); err != nil {
+	if err := r.wal.CheckLevel(ctx, db); err != nil {
 		return rec, fmt.Errorf("walrelay: %w", err)
 	}
-	ok, err := postgres.HasReplicationRight(ctx, db)
+	ok, err := r.wal.ReplicationRight(ctx, db)
 	if err != nil {
 		return rec, fmt.Errorf("walrelay: check replication right: %w", err)
 	}
@@ -136,27 +178,21 @@ func (r *Relay) setup(ctx context.Context) (rec Recreated, err error) {
 		return rec, ErrReplicationRight
 	}
 	// Before the slot, which would keep the WAL of its DDL (and the
-	// aggregate locks it fills); from the Config alone, not what New made:
-	// Setup runs without a relay too.
-	t, err := ident.ParseTable(r.cfg.Table)
-	if err != nil {
-		return rec, fmt.Errorf("walrelay: invalid Table: %w", err)
-	}
-	out := postgres.Driver{}.Outbox(t)
-	ok, err = out.Exists(ctx, db)
+	// aggregate locks it fills).
+	ok, err = r.outbox.Exists(ctx, db)
 	if err == nil && !ok {
-		err = out.Create(ctx, db)
+		err = r.outbox.Create(ctx, db)
 	}
 	if err == nil {
-		err = out.Check(ctx, db)
+		err = r.outbox.Check(ctx, db)
 	}
 	if err != nil {
-		return rec, fmt.Errorf("walrelay: outbox table %s: %w", t, err)
+		return rec, fmt.Errorf("walrelay: outbox table %s: %w", r.table, err)
 	}
-	if err := postgres.EnsurePublication(ctx, db, r.cfg.Publication); err != nil {
+	if err := r.wal.EnsurePublication(ctx, db, r.cfg.Publication); err != nil {
 		return rec, fmt.Errorf("walrelay: create publication %s: %w", r.cfg.Publication, err)
 	}
-	return r.ensureSlot(ctx, db, t)
+	return r.ensureSlot(ctx, db)
 }
 
 // Run sets up (Setup) and streams the slot until ctx is cancelled, then
@@ -190,7 +226,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		if errors.Is(err, ErrWALLevel) || errors.Is(err, ErrReplicationRight) || errors.Is(err, ErrSlot) {
 			return err
 		}
-		switch active := slotActive(err); {
+		switch active := r.wal.SlotActive(err); {
 		case active && !waiting:
 			r.log.InfoContext(ctx, "walrelay: slot streamed by another relay; waiting to take over",
 				"error", err, "retry_every", r.cfg.RetryInterval)
@@ -207,34 +243,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 }
 
-// slotActive reports whether err is the server's refusal to stream a slot
-// another session streams (object_in_use, 55006: "replication slot ... is
-// active for PID ...").
-func slotActive(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "55006"
-}
-
 // stream streams the slot on a replication connection of its own until ctx
-// is cancelled or the connection fails.
+// is cancelled or the connection fails: the reader (stream.go) reads and
+// decodes ahead while the session takes what it read (follow); the parked
+// relay (Config.Parked) runs meanwhile.
 func (r *Relay) stream(ctx context.Context) error {
-	cfg, err := pgconn.ParseConfig(r.dsn)
+	st, err := r.wal.Stream(ctx, store.StreamParams{DSN: r.dsn, Slot: r.cfg.Slot, Publication: r.cfg.Publication, Prefix: r.cfg.Prefix})
 	if err != nil {
-		return fmt.Errorf("walrelay: parse dsn: %w", err)
+		return fmt.Errorf("walrelay: %w", err)
 	}
-	cfg.RuntimeParams["replication"] = "database"
-	conn, err := pgconn.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("walrelay: connect: %w", err)
-	}
-	defer func() { _ = conn.Close(context.WithoutCancel(ctx)) }()
-	err = pglogrepl.StartReplication(ctx, conn, r.cfg.Slot, 0, pglogrepl.StartReplicationOptions{
-		PluginArgs: postgres.PgoutputArgs(r.cfg.Publication),
-	})
-	if err != nil {
-		return fmt.Errorf("walrelay: start replication: %w", err)
-	}
-	db, err := sql.Open("pgx", r.dsn)
+	defer func() { _ = st.Close(context.WithoutCancel(ctx)) }()
+	db, err := openDB(r.dsn)
 	if err != nil {
 		return fmt.Errorf("walrelay: open: %w", err)
 	}
@@ -254,7 +273,7 @@ func (r *Relay) stream(ctx context.Context) error {
 	// The reader, ahead of the session, while this stream lasts; then the
 	// position confirmed last is reported (the reader is done with the
 	// connection).
-	rd := newReader(conn, &r.cfg, r.log, &s.pos)
+	rd := newReader(st, r.wal, &r.cfg, r.log, &s.pos)
 	rctx, stopReading := context.WithCancel(ctx)
 	var readers sync.WaitGroup // the reader and its decoders
 	readers.Go(func() { rd.run(rctx, &readers) })
@@ -265,11 +284,19 @@ func (r *Relay) stream(ctx context.Context) error {
 		if s.confirmed > rd.reported {
 			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 			defer cancel()
-			if err := pglogrepl.SendStandbyStatusUpdate(sctx, conn, pglogrepl.StandbyStatusUpdate{WALWritePosition: s.confirmed}); err != nil {
+			if err := st.Report(sctx, s.confirmed); err != nil {
 				r.log.WarnContext(ctx, "walrelay: final status not sent", "error", err, "lsn", s.confirmed)
 			}
 		}
 	}()
+	return s.follow(ctx, rd)
+}
+
+// follow is the session's side of a stream: it retries the held events when
+// due, takes what the reader read, up to a call's worth of events, and
+// publishes it (flush), until ctx is cancelled or something fails.
+func (s *session) follow(ctx context.Context, rd *reader) error {
+	cfg := &s.r.cfg
 	in := &inbox{ch: rd.out}
 	wake := time.NewTimer(time.Hour) // the next retry of a held event
 	defer wake.Stop()
@@ -279,7 +306,7 @@ func (r *Relay) stream(ctx context.Context) error {
 				return ended(ctx, err)
 			}
 		}
-		if len(s.held) >= r.cfg.MaxHeld { // read no further until some are settled
+		if len(s.held) >= cfg.MaxHeld { // read no further until some are settled
 			if !sleep(ctx, time.Until(s.retryAt)) {
 				return nil
 			}
@@ -310,7 +337,7 @@ func (r *Relay) stream(ctx context.Context) error {
 			if err := s.take(ctx, in.next()); err != nil {
 				return ended(ctx, err)
 			}
-			if len(s.pending) >= r.cfg.BatchSize || len(s.held) >= r.cfg.MaxHeld {
+			if len(s.pending) >= cfg.BatchSize || len(s.held) >= cfg.MaxHeld {
 				break
 			}
 		}
@@ -319,6 +346,38 @@ func (r *Relay) stream(ctx context.Context) error {
 		}
 	}
 }
+
+// ended is what stream returns for err: nil once ctx is cancelled.
+func ended(ctx context.Context, err error) error {
+	select {
+	case <-ctx.Done():
+		return nil // the error is the cancellation's
+	default:
+		return err
+	}
+}
+
+// sleep waits d, or until ctx is done (false).
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// The table relay of Config.Parked, which the relay runs itself while it
+// streams the slot: it retries and dead-letters the events parked in
+// Config.Table, with the relay as its Confirmer.
+
+// A table relay takes a WAL relay as its Config.Confirmer.
+var _ relay.Confirmer = (*Relay)(nil)
+
+// parkedConns bounds the parked relay's pool (Config.Parked).
+const parkedConns = 4
 
 // runParked runs the table relay of Config.Parked over Config.Table, with
 // this relay as its Confirmer, until ctx is done (the stream ended),
@@ -342,13 +401,13 @@ func (r *Relay) runParked(ctx context.Context) {
 // parkedOnce opens the parked relay's pool and runs it until ctx is done or
 // it fails.
 func (r *Relay) parkedOnce(ctx context.Context, cfg relay.Config) error {
-	sqlDB, err := sql.Open("pgx", r.dsn)
+	sqlDB, err := openDB(r.dsn)
 	if err != nil {
 		return fmt.Errorf("walrelay: open: %w", err)
 	}
 	defer func() { _ = sqlDB.Close() }()
 	sqlDB.SetMaxOpenConns(parkedConns)
-	db, err := gorm.Open(gormpg.New(gormpg.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(dialector(sqlDB), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return fmt.Errorf("walrelay: open: %w", err)
 	}
@@ -357,45 +416,4 @@ func (r *Relay) parkedOnce(ctx context.Context, cfg relay.Config) error {
 		return fmt.Errorf("walrelay: parked relay: %w", err)
 	}
 	return tr.Run(ctx)
-}
-
-// parkedConns bounds the parked relay's pool (Config.Parked).
-const parkedConns = 4
-
-// ended is what stream returns for err: nil once ctx is cancelled.
-func ended(ctx context.Context, err error) error {
-	select {
-	case <-ctx.Done():
-		return nil // the error is the cancellation's
-	default:
-		return err
-	}
-}
-
-// SucceededSince reports whether a Publish call of the relay that began at t
-// or later succeeded: a relay.Relay on the table this relay parks refused
-// events in, with the same publisher, takes it as its Config.Confirmer, so
-// that the WAL's traffic confirms the refusals of the events parked there.
-// Safe for concurrent use.
-func (r *Relay) SucceededSince(t time.Time) bool { return r.ok.SucceededSince(t) }
-
-// call publishes msgs (of topic) in one call of c, within
-// Config.PublishTimeout, and returns each message's error and how long the
-// call took. A call that published a message counts for SucceededSince.
-func (r *Relay) call(ctx context.Context, c *outbound.Caller, topic string, msgs []*message.Message) ([]error, time.Duration) {
-	res := c.Call(ctx, topic, msgs)
-	r.ok.Add(res)
-	return res.Errs, res.End.Sub(res.Start)
-}
-
-// sleep waits d, or until ctx is done (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // ErrSlotMissing is what SlotStatus.Problem returns for a slot that does not
@@ -97,7 +97,16 @@ func (s SlotStatus) Problem() error {
 // pg_replication_slots). A slot that does not exist is no error: Exists is
 // false, and Problem returns [ErrSlotMissing].
 func ReadSlot(ctx context.Context, db *sql.DB, slot string) (SlotStatus, error) {
-	s, err := postgres.ReadSlotStats(ctx, db, slot)
+	_, w, err := walDriver()
+	if err != nil {
+		return SlotStatus{}, err
+	}
+	return readSlot(ctx, w, db, slot)
+}
+
+// readSlot is ReadSlot through w.
+func readSlot(ctx context.Context, w store.WAL, x store.Execer, slot string) (SlotStatus, error) {
+	s, err := w.SlotStats(ctx, x, slot)
 	if err != nil {
 		return SlotStatus{}, fmt.Errorf("walrelay: %w", err)
 	}
@@ -120,10 +129,10 @@ func ReadSlot(ctx context.Context, db *sql.DB, slot string) (SlotStatus, error) 
 // Stats reads the status of the relay's slot (ReadSlot), on a connection of
 // its own to the relay's database.
 func (r *Relay) Stats(ctx context.Context) (SlotStatus, error) {
-	db, err := sql.Open("pgx", r.dsn)
+	db, err := openDB(r.dsn)
 	if err != nil {
 		return SlotStatus{}, fmt.Errorf("walrelay: open: %w", err)
 	}
 	defer func() { _ = db.Close() }()
-	return ReadSlot(ctx, db, r.cfg.Slot)
+	return readSlot(ctx, r.wal, db, r.cfg.Slot)
 }

@@ -54,10 +54,21 @@ func Open(db *gorm.DB, table string) (Conn, error) {
 
 // For returns the implementation for db's dialect ("postgres", ...).
 func For(db *gorm.DB) (store.Driver, error) {
-	if db == nil || db.Dialector == nil {
+	if db == nil {
 		return nil, fmt.Errorf("%w: no dialector", ErrUnsupported)
 	}
-	return ByName(db.Dialector.Name())
+	return ForDialector(db.Dialector)
+}
+
+// ForDialector returns the implementation for the dialect of d, a GORM
+// dialector, opened or not: what a package that opens its own connections
+// (walrelay, from a DSN) or only reads a URL (the herald command) picks its
+// driver by.
+func ForDialector(d gorm.Dialector) (store.Driver, error) {
+	if d == nil {
+		return nil, fmt.Errorf("%w: no dialector", ErrUnsupported)
+	}
+	return ByName(d.Name())
 }
 
 // all are the databases Herald supports, one driver each: the one place a

@@ -16,4 +16,11 @@ const (
 	DefaultChannel = "herald_outbox"
 	// MigrationsTable is the table Migrate records applied versions in.
 	MigrationsTable = "herald_schema_migrations"
+	// DefaultWALPrefix is the default prefix of the log's messages that
+	// hold the events of the outbox kept in the WAL: what the outbox hook
+	// writes (outboxhook.DefaultWALPrefix) and the WAL relay streams.
+	DefaultWALPrefix = "herald"
+	// WALSlotsTable is the table, beside the outbox table, where the WAL
+	// relay records its slots (WAL.SlotRecords; walrelay.SlotMarkerTable).
+	WALSlotsTable = "herald_wal_slots"
 )

@@ -67,7 +67,8 @@ const (
 	FoundRows
 	// Messages: the outbox can be kept in the write-ahead log instead of a
 	// table, each event a transactional logical message (Driver.WALOutbox),
-	// streamed by logical decoding (PostgreSQL at wal_level=logical).
+	// streamed by logical decoding (PostgreSQL at wal_level=logical) through
+	// Driver.WAL.
 	Messages
 )
 
@@ -114,6 +115,10 @@ type Driver interface {
 	// nothing (the log is in commit order), and Settle and Abort are the
 	// table's.
 	WALOutbox(prefix string) (Outbox, error)
+	// WAL returns what the WAL relay, the admin page and the herald command
+	// ask of the database whose outbox is kept in its log: its slots, its
+	// stream, the decoding of its messages (Messages; nil without it).
+	WAL() WAL
 	// ObjectExists reports whether what the migration statement o makes
 	// exists (its table, index or column), or for a step whether its check
 	// returns a row.

@@ -2,16 +2,13 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -89,12 +86,12 @@ func (*walOutbox) Create(context.Context, store.Execer) error { return nil }
 
 // Check returns store.ErrWALLevel (wrapped) unless wal_level is logical.
 func (*walOutbox) Check(ctx context.Context, x store.Execer) error {
-	return CheckWALLevel(ctx, x)
+	return checkWALLevel(ctx, x)
 }
 
-// CheckWALLevel returns store.ErrWALLevel (wrapped) unless the server's
+// checkWALLevel returns store.ErrWALLevel (wrapped) unless the server's
 // wal_level is logical.
-func CheckWALLevel(ctx context.Context, x store.Execer) error {
+func checkWALLevel(ctx context.Context, x store.Execer) error {
 	var level string
 	if err := store.QueryRow(ctx, x, `SELECT current_setting('wal_level')`, nil, &level); err != nil {
 		return fmt.Errorf("read wal_level: %w", err)
@@ -150,80 +147,6 @@ func (o *walOutbox) Insert(ctx context.Context, x store.Execer, evs []store.Row,
 // aggregate's order.
 func (*walOutbox) LockAggregates(context.Context, store.Execer, []int64) error { return nil }
 
-// The WAL relay's statements, on an ordinary connection: what it checks and
-// creates before it streams its slot.
-
-// HasReplicationRight reports whether the session's role may stream a
-// replication slot (REPLICATION, or a superuser).
-func HasReplicationRight(ctx context.Context, x store.Execer) (bool, error) {
-	var ok bool
-	err := store.QueryRow(ctx, x, `SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`, nil, &ok)
-	return ok, err
-}
-
-// EnsurePublication creates the publication name, with no tables (pgoutput
-// sends logical messages whatever the tables), unless it exists. name must
-// be a plain lowercase identifier.
-func EnsurePublication(ctx context.Context, x store.Execer, name string) error {
-	found, err := store.Found(ctx, x, `SELECT 1 FROM pg_publication WHERE pubname = $1`, name)
-	if err != nil || found {
-		return err
-	}
-	_, err = x.ExecContext(ctx, `CREATE PUBLICATION `+name)
-	if err != nil && isDuplicate(err) { // created meanwhile
-		return nil
-	}
-	return err
-}
-
-// Slot is what the server says of a replication slot.
-type Slot struct {
-	Plugin   string // the output plugin: pgoutput
-	Database string // the database it decodes
-	// WALStatus is pg_replication_slots.wal_status: "lost" when the server
-	// removed WAL the slot needed (max_slot_wal_keep_size).
-	WALStatus string
-	// CurrentDatabase is the session's database.
-	CurrentDatabase string
-	// ConfirmedLSN is the slot's confirmed_flush_lsn (pg_lsn text; its
-	// restart_lsn when unknown): read by ReadSlot only.
-	ConfirmedLSN string
-	// Active is true while a walsender streams the slot: read by ReadSlot
-	// only.
-	Active bool
-}
-
-// EnsureSlot creates the logical replication slot name with pgoutput,
-// unless it exists, and returns what the server says of it.
-func EnsureSlot(ctx context.Context, x store.Execer, name string) (Slot, error) {
-	const q = `SELECT coalesce(plugin, ''), coalesce(database, ''), coalesce(wal_status, ''), current_database()
-FROM pg_replication_slots WHERE slot_name = $1`
-	var s Slot
-	err := store.QueryRow(ctx, x, q, []any{name}, &s.Plugin, &s.Database, &s.WALStatus, &s.CurrentDatabase)
-	if errors.Is(err, sql.ErrNoRows) {
-		_, err = x.ExecContext(ctx, `SELECT pg_create_logical_replication_slot($1, 'pgoutput')`, name)
-		if err != nil && !isDuplicate(err) {
-			return Slot{}, err
-		}
-		err = store.QueryRow(ctx, x, q, []any{name}, &s.Plugin, &s.Database, &s.WALStatus, &s.CurrentDatabase)
-	}
-	return s, err
-}
-
-// isDuplicate reports whether err is duplicate_object (42710), what a
-// publication or slot created meanwhile by another session raises.
-func isDuplicate(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42710"
-}
-
-// PgoutputArgs are the START_REPLICATION options that stream the logical
-// messages of transactions through publication: pgoutput's protocol 1, with
-// messages.
-func PgoutputArgs(publication string) []string {
-	return []string{"proto_version '1'", "publication_names '" + publication + "'", "messages 'true'"}
-}
-
 // MessageRow reads the outbox row of an event from its logical message's
 // content (the inverse of EncodeMessage): what the WAL relay inserts into
 // the outbox table when it parks an event the broker refuses.
@@ -243,44 +166,4 @@ func MessageRow(content []byte) (store.Row, error) {
 		ID: m.ID, Type: m.Type, Version: m.Version, AggregateType: m.AggregateType, AggregateID: m.AggregateID,
 		Topic: m.Topic, Payload: []byte(m.Payload), Metadata: md, OccurredAt: m.OccurredAt,
 	}, nil
-}
-
-// FailMarker records failures on the rows of one outbox table: the table
-// relay's mark, which the WAL relay reuses for the events it parks.
-type FailMarker interface {
-	MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error)
-}
-
-// NewFailMarker returns the failure mark of the outbox table t.
-func NewFailMarker(t ident.Table) FailMarker { return newRelay(t) }
-
-// The WAL relay's statements on the outbox table, in ordered mode: which
-// aggregates have events in it not yet published or dead, whose later
-// events it parks behind them.
-
-// PendingAggregates returns the aggregates (type, id) that have pending
-// events (neither processed nor dead) in the outbox table t.
-func PendingAggregates(ctx context.Context, x store.Execer, t ident.Table) ([][2]string, error) {
-	rows, err := x.QueryContext(ctx, `SELECT DISTINCT aggregate_type, aggregate_id FROM `+t.Quoted()+`
-WHERE processed_at IS NULL AND dead_at IS NULL AND aggregate_id <> ''`)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = rows.Close() }()
-	var out [][2]string
-	for rows.Next() {
-		var a [2]string
-		if err := rows.Scan(&a[0], &a[1]); err != nil {
-			return nil, err
-		}
-		out = append(out, a)
-	}
-	return out, rows.Err()
-}
-
-// AggregatePending reports whether the aggregate (aggType, aggID) has
-// pending events (neither processed nor dead) in the outbox table t.
-func AggregatePending(ctx context.Context, x store.Execer, t ident.Table, aggType, aggID string) (bool, error) {
-	return store.Found(ctx, x, `SELECT 1 FROM `+t.Quoted()+`
-WHERE aggregate_type = $1 AND aggregate_id = $2 AND processed_at IS NULL AND dead_at IS NULL LIMIT 1`, aggType, aggID)
 }

@@ -23,6 +23,9 @@ func (Driver) Waker() store.Waker { return store.NoWaker{} }
 // WALOutbox returns store.ErrNotSupported: the outbox is a table here.
 func (Driver) WALOutbox(string) (store.Outbox, error) { return nil, store.ErrNotSupported }
 
+// WAL returns nil: the outbox is a table here.
+func (Driver) WAL() store.WAL { return nil }
+
 const pending = `processed_at IS NULL AND dead_at IS NULL`
 
 const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`

@@ -1,4 +1,4 @@
-package walrelay
+package postgres
 
 import (
 	"bytes"
@@ -9,28 +9,18 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/internal/store/postgres"
 )
 
-// messageRow reads the outbox row of an event from its logical message's
-// content (which the row may share: see fastRow): postgres.MessageRow, which decodes it with encoding/json, for
-// anything but what postgres.EncodeMessage writes in the common case, which
-// fastRow reads several times faster (the decoding is most of the relay's
-// cost per event).
-func messageRow(content []byte) (store.Row, error) {
-	if r, ok := fastRow(content); ok {
-		return r, nil
-	}
-	return postgres.MessageRow(content)
-}
+// The fast path of the WAL relay's decoding (wal.Decode): what
+// EncodeMessage writes in the common case, read without encoding/json.
 
 // fastRow reads content when it is exactly as encoding/json writes a
-// postgres.Message: its fields in their order, no spaces, strings without
-// escapes and in valid UTF-8, a valid id and time, a valid payload. For
-// anything else ok is false, and the caller decodes it with encoding/json.
-// For what postgres.EncodeMessage writes, fastRow returns what
-// postgres.MessageRow returns, or nothing. The row's Payload and Metadata
-// are b's: the caller must not change b while it uses the row.
+// Message: its fields in their order, no spaces, strings without escapes and
+// in valid UTF-8, a valid id and time, a valid payload. For anything else ok
+// is false, and the caller decodes it with encoding/json (MessageRow). For
+// what EncodeMessage writes, fastRow returns what MessageRow returns, or
+// nothing. The row's Payload and Metadata are b's: the caller must not
+// change b while it uses the row.
 func fastRow(b []byte) (r store.Row, ok bool) {
 	p := parser{b: b}
 	var occurred string
