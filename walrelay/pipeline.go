@@ -2,288 +2,245 @@ package walrelay
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"log/slog"
-	"runtime"
-	"sync"
-	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/heraldgo/herald/internal/outbound"
-	"github.com/heraldgo/herald/internal/store"
 )
 
-// The stream is handled by goroutines of stream's: the reader receives the
-// stream's items (store.WALStream) and passes them on in chunks, in stream
-// order, through a channel; decoders (decoders of them) decode the chunks'
-// events meanwhile, in parallel; stream's own goroutine (the session) takes
-// each chunk once decoded, in order, publishes the events, parks the
-// refused and confirms the position. The reader also owns the connection's
-// writes: it reports the position the session confirmed every
-// Config.StatusInterval, and when the server asks, also while the session
-// is busy publishing.
+// Publishing and its outcome: the session's pending events published
+// together (flush), the held ones retried when due, and what each call's
+// result makes of its events: settled, held to be tried again, or parked
+// (park.go) once their failure is told to be their own.
 
-// Kinds of item.
-const (
-	itemBegin     = iota // a transaction begins
-	itemCommit           // it committed: lsn is its end
-	itemEvent            // a Herald event of it: ev, once decoded (nil: undecodable, skipped); lsn is its message's
-	itemKeepalive        // the server's keepalive: lsn is its WAL end
-)
-
-// item is what the reader passes on to the session.
-type item struct {
-	kind    int
-	lsn     store.LSN
-	content []byte // an event's message, until decoded
-	ev      *held
-}
-
-// chunk is items the reader passes on together: a transaction, or
-// chunkEvents events of one, or a keepalive. Its events are decoded by a
-// decoder before the session takes it.
-type chunk struct {
-	items  []item
-	events int
-	done   chan struct{} // closed once its events are decoded; nil: none
-}
-
-const (
-	chunkEvents  = 64 // events at most in a chunk
-	chunksAhead  = 64 // chunks the reader reads ahead of the session, at most
-	inlineEvents = 4  // events of a chunk the reader decodes itself while the session waits
-)
-
-// decoders is how many goroutines decode events: the JSON decoding is most
-// of a stream's cost in the relay's process.
-var decoders = min(max(runtime.GOMAXPROCS(0), 1), 4)
-
-// reader reads the stream ahead of the session.
-type reader struct {
-	st       store.WALStream
-	wal      store.WAL // its Decode
-	cfg      *Config
-	log      *slog.Logger
-	out      chan *chunk    // to the session, in stream order
-	work     chan *chunk    // to the decoders
-	pos      *atomic.Uint64 // the position to report: the session's confirmed
-	reported store.LSN      // the last position reported
-	err      error          // why it stopped; read once out is closed
-
-	cur    *chunk
-	period context.Context // done when the next status report is due
-	cancel context.CancelFunc
-}
-
-func newReader(st store.WALStream, w store.WAL, cfg *Config, log *slog.Logger, pos *atomic.Uint64) *reader {
-	return &reader{st: st, wal: w, cfg: cfg, log: log, pos: pos, cur: &chunk{},
-		out: make(chan *chunk, chunksAhead), work: make(chan *chunk, chunksAhead)}
-}
-
-// run reads until ctx is done or the connection fails, then closes out and
-// work. Its decoders end once work is drained; wg waits for them.
-func (rd *reader) run(ctx context.Context, wg *sync.WaitGroup) {
-	for range decoders {
-		wg.Go(rd.decodeWork)
-	}
-	defer close(rd.out)
-	defer close(rd.work)
-	rd.renew(ctx)
-	defer func() { rd.cancel() }()
-	rd.err = rd.loop(ctx)
-}
-
-// decodeWork decodes the events of the chunks of work, until it is closed.
-func (rd *reader) decodeWork() {
-	for c := range rd.work {
-		rd.decodeChunk(c)
-		close(c.done)
-	}
-}
-
-// decodeChunk decodes the events of c.
-func (rd *reader) decodeChunk(c *chunk) {
-	for i := range c.items {
-		it := &c.items[i]
-		if it.kind != itemEvent {
-			continue
+// flush publishes the pending events, in stream order: each run of one
+// topic in one call (at most Config.BatchSize, since the session takes no
+// more), as long as the broker does not look down; then it holds the rest
+// untried.
+func (s *session) flush(ctx context.Context) error {
+	buf := s.pending
+	for len(s.pending) > 0 {
+		n := 1
+		for n < len(s.pending) && s.pending[n].row.Topic == s.pending[0].row.Topic {
+			n++
 		}
-		h, err := rd.decode(it)
+		run := s.pending[:n]
+		var err error
+		if s.streak >= 2 {
+			for _, h := range run {
+				s.hold(h)
+			}
+		} else {
+			err = s.tryRun(ctx, run)
+		}
+		// Until now they held the position back as pending; the failed
+		// ones are held now.
+		clear(run)
+		s.pending = s.pending[n:]
 		if err != nil {
-			rd.log.Error("walrelay: undecodable event skipped", "error", err, "lsn", it.lsn)
-		}
-		it.ev, it.content = h, nil
-	}
-}
-
-// renew starts the period until the next status report.
-func (rd *reader) renew(ctx context.Context) {
-	if rd.cancel != nil {
-		rd.cancel()
-	}
-	rd.period, rd.cancel = context.WithTimeout(ctx, rd.cfg.StatusInterval)
-}
-
-// report sends the confirmed position to the server and starts the next
-// period.
-func (rd *reader) report(ctx context.Context) error {
-	lsn := store.LSN(rd.pos.Load())
-	if err := rd.st.Report(ctx, lsn); err != nil {
-		return fmt.Errorf("walrelay: send status: %w", err)
-	}
-	rd.reported = lsn
-	rd.renew(ctx)
-	return nil
-}
-
-// due reports the position once the period ended, unless ctx is done.
-func (rd *reader) due(ctx context.Context) error {
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
-	return rd.report(ctx)
-}
-
-func (rd *reader) loop(ctx context.Context) error {
-	for {
-		si, err := rd.st.Receive(rd.period)
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, store.ErrReceiveTimeout) {
-				if err := rd.flush(ctx); err != nil {
-					return err
-				}
-				if err := rd.due(ctx); err != nil {
-					return err
-				}
-				continue
-			}
-			return fmt.Errorf("walrelay: %w", err)
-		}
-		var it item
-		switch si.Kind {
-		case store.StreamKeepalive:
-			if si.ReplyRequested {
-				if err := rd.report(ctx); err != nil {
-					return err
-				}
-			}
-			it = item{kind: itemKeepalive, lsn: si.LSN}
-		case store.StreamBegin:
-			it = item{kind: itemBegin}
-		case store.StreamCommit:
-			it = item{kind: itemCommit, lsn: si.LSN}
-		case store.StreamMessage:
-			it = item{kind: itemEvent, lsn: si.LSN, content: si.Content}
-		default:
-			continue
-		}
-		rd.cur.items = append(rd.cur.items, it)
-		if it.kind == itemEvent {
-			rd.cur.events++
-		}
-		// A transaction comes whole once committed (pgoutput protocol 1
-		// does not stream one in progress): the chunk waits for nothing
-		// at its end, or at a keepalive.
-		if it.kind == itemCommit || it.kind == itemKeepalive || rd.cur.events >= chunkEvents {
-			if err := rd.flush(ctx); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-// flush passes the current chunk on: to the decoders when it has events,
-// and to the session; it reports the position while it waits.
-func (rd *reader) flush(ctx context.Context) error {
-	c := rd.cur
-	if len(c.items) == 0 {
-		return nil
-	}
-	rd.cur = &chunk{items: make([]item, 0, len(c.items))}
-	switch {
-	case c.events == 0:
-	case c.events <= inlineEvents && len(rd.out) == 0:
-		// The session waits for it: decoded here, it reaches the
-		// publisher a goroutine's hand-over sooner.
-		rd.decodeChunk(c)
-	default:
-		c.done = make(chan struct{})
-		if err := rd.pass(ctx, rd.work, c); err != nil {
 			return err
 		}
 	}
-	return rd.pass(ctx, rd.out, c)
+	s.pending = buf[:0]
+	clear(s.pendingAggs)
+	s.advance()
+	return nil
 }
 
-// pass sends c on ch, reporting the position while it waits.
-func (rd *reader) pass(ctx context.Context, ch chan<- *chunk, c *chunk) error {
-	for {
-		select {
-		case ch <- c:
-			return nil
-		case <-rd.period.Done():
-			if err := rd.due(ctx); err != nil {
+// tryRun publishes run, events of one topic, in one call, and settles each
+// by its result as try does. A BatchPublisher's results are per message;
+// a Publish call that fails tells nothing of which message failed, so its
+// events are published again, one call each, as the table relay does, and
+// those calls count (the failed call of several counts for none: it
+// confirms and proves nothing).
+func (s *session) tryRun(ctx context.Context, run []*held) error {
+	if len(run) == 1 {
+		return s.try(ctx, run[0], false)
+	}
+	msgs := make([]*message.Message, len(run))
+	now := time.Now()
+	for i, h := range run {
+		h.tried = now
+		msgs[i] = h.message()
+	}
+	errs, took := s.r.call(ctx, s.c, run[0].row.Topic, msgs)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !s.c.Batch() {
+		if errs[0] == nil {
+			s.r.m.call(took, len(run), 0)
+			return s.succeeded(ctx)
+		}
+		s.r.m.call(took, 0, 0)
+		// A failed call after a lone failure: two in a row, so that one is
+		// no longer told to be its event's own (it stays held, tried again).
+		s.lastFailed = nil
+		s.r.log.DebugContext(ctx, "walrelay: publish of several events failed; publishing them one by one",
+			"error", errs[0], "events", len(run), "topic", run[0].row.Topic)
+		for i, h := range run {
+			if s.streak >= 2 { // down: the rest wait, untried
+				for _, o := range run[i:] {
+					s.hold(o)
+				}
+				return nil
+			}
+			if err := s.try(ctx, h, false); err != nil {
 				return err
 			}
 		}
+		return nil
 	}
-}
-
-// inbox is the session's side of the reader's chunks: the items one by
-// one, in stream order, each chunk once decoded.
-type inbox struct {
-	ch  <-chan *chunk
-	cur *chunk
-	i   int
-}
-
-// ready reports whether an item is there without waiting (a chunk received
-// waits only for its decoding).
-func (in *inbox) ready() bool {
-	if in.cur != nil && in.i < len(in.cur.items) {
-		return true
-	}
-	select {
-	case c, ok := <-in.ch:
-		if !ok {
-			return false
+	var ok int
+	var failed, refused []*held
+	for i, h := range run {
+		switch err := errs[i]; {
+		case err == nil:
+			ok++
+		case outbound.Refused(err):
+			h.err = err
+			refused = append(refused, h)
+		default:
+			s.failed(ctx, h, err)
+			failed = append(failed, h)
 		}
-		in.set(c)
-		return true
+	}
+	s.r.m.call(took, ok, len(failed)+len(refused))
+	// The call's failures held first, so that nothing settles past them.
+	for _, h := range failed {
+		s.hold(h)
+	}
+	if ok > 0 {
+		// A success confirms the lone failed call before it; the failures
+		// of this call are confirmed by a later call, as the table relay
+		// counts a BatchPublisher's (a message acknowledged in the same
+		// call confirms nothing), each as a failed call of its own: one
+		// alone between successes is its event's, two or more in a row
+		// may be an outage.
+		if err := s.succeeded(ctx); err != nil {
+			return err
+		}
+	}
+	if len(failed) > 0 {
+		s.streak += len(failed)
+		s.lastFailed = failed[len(failed)-1]
+		s.retryAt = time.Now().Add(s.r.cfg.RetryInterval)
+	}
+	for _, h := range refused {
+		s.r.log.WarnContext(ctx, "walrelay: event refused by the broker; parked in the outbox table",
+			"error", h.err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn, "table", s.r.table.String())
+		if err := s.parkWith(ctx, h); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retryDue reports whether a held event is due to be tried.
+func (s *session) retryDue() bool { return len(s.held) > 0 && !time.Now().Before(s.retryAt) }
+
+// retry tries the next held event of the pass, in stream order: the first
+// of its aggregate in ordered mode, any in the other.
+func (s *session) retry(ctx context.Context) error {
+	for range 2 {
+		seen := map[string]bool{}
+		for _, h := range s.held {
+			if s.r.cfg.Ordered && h.agg != "" {
+				if seen[h.agg] {
+					continue
+				}
+				seen[h.agg] = true
+			}
+			if h.tried.Before(s.round) {
+				return s.try(ctx, h, true)
+			}
+		}
+		s.round = time.Now() // every one was tried in this pass: the next
+	}
+	return nil
+}
+
+// try publishes h once, in a call of its own: published, it is settled;
+// refused by the broker (relay.ErrRejected), parked; failed otherwise, held
+// (again).
+func (s *session) try(ctx context.Context, h *held, isHeld bool) error {
+	h.tried = time.Now()
+	errs, took := s.r.call(ctx, s.c, h.row.Topic, []*message.Message{h.message()})
+	err := errs[0]
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err == nil {
+		s.r.m.call(took, 1, 0)
+	} else {
+		s.r.m.call(took, 0, 1)
+	}
+	switch {
+	case err == nil:
+		if isHeld {
+			s.remove([]*held{h})
+		}
+		return s.succeeded(ctx)
+	case outbound.Refused(err):
+		h.err = err
+		s.r.log.WarnContext(ctx, "walrelay: event refused by the broker; parked in the outbox table",
+			"error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn, "table", s.r.table.String())
+		if isHeld {
+			s.retryAt = time.Now()
+		}
+		return s.parkWith(ctx, h)
 	default:
-		return false
+		s.failed(ctx, h, err)
+		if !isHeld {
+			s.hold(h)
+		}
+		s.streak++
+		s.lastFailed = h
+		s.retryAt = time.Now().Add(s.r.cfg.RetryInterval)
+		return nil
 	}
 }
 
-func (in *inbox) set(c *chunk) {
-	if c.done != nil {
-		<-c.done
+// failed logs h's failure, at Warn the first time, and keeps it.
+func (s *session) failed(ctx context.Context, h *held, err error) {
+	const logMsg = "walrelay: publish failed; retrying"
+	if h.err == nil { // its first failure; its retries' at Debug
+		s.r.log.WarnContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic,
+			"lsn", h.lsn, "retry_in", s.r.cfg.RetryInterval)
+	} else {
+		s.r.log.DebugContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn)
 	}
-	in.cur, in.i = c, 0
+	h.err = err
 }
 
-// next returns the next item of the current chunk (after ready, or wait).
-func (in *inbox) next() item {
-	it := in.cur.items[in.i]
-	in.cur.items[in.i] = item{}
-	in.i++
-	return it
+// succeeded follows a successful publish: the failure of the one call
+// before it, if it was alone since the last success, is confirmed, the
+// event's own, and the event is parked; after two or more failures in a row
+// (the broker may have been down) the held events are all tried again, in
+// order, from now on.
+func (s *session) succeeded(ctx context.Context) error {
+	lone := s.streak == 1 && s.lastFailed != nil && s.isHeld(s.lastFailed)
+	if s.streak >= 2 {
+		s.round = time.Now()
+	}
+	f := s.lastFailed
+	s.streak, s.lastFailed = 0, nil
+	s.retryAt = time.Now()
+	if lone {
+		s.r.log.WarnContext(ctx, "walrelay: publish failed while others succeeded; parked in the outbox table",
+			"error", f.err, "event", f.row.ID, "topic", f.row.Topic, "lsn", f.lsn, "table", s.r.table.String())
+		return s.parkWith(ctx, f)
+	}
+	s.advance()
+	return nil
 }
 
-// decode makes the event of a logical message (it, an itemEvent): its
-// outbox row (to park it) and its message, from one decoding of the content
-// (the driver's Decode).
-func (rd *reader) decode(it *item) (*held, error) {
-	row, err := rd.wal.Decode(it.content)
-	if err != nil {
-		return nil, err
-	}
-	env, err := outbound.Envelope(&row)
-	if err != nil {
-		return nil, fmt.Errorf("walrelay: decode message: %w", err)
-	}
-	return &held{row: row, env: env, msg: outbound.Message(env), lsn: it.lsn, agg: aggKey(&row)}, nil
+// call publishes msgs (of topic) in one call of c, within
+// Config.PublishTimeout, and returns each message's error and how long the
+// call took. A call that published a message counts for SucceededSince.
+func (r *Relay) call(ctx context.Context, c *outbound.Caller, topic string, msgs []*message.Message) ([]error, time.Duration) {
+	res := c.Call(ctx, topic, msgs)
+	r.ok.Add(res)
+	return res.Errs, res.End.Sub(res.Start)
 }
