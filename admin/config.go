@@ -116,9 +116,18 @@ func (c *Config) setDefaults() {
 
 // Validate reports what is wrong with c after defaults are applied.
 func (c Config) Validate() error {
+	_, err := c.parse()
+	return err
+}
+
+// parse applies c's defaults, checks c (Validate) and returns its Table
+// parsed: Open and New call it once (newOutbox) and keep what it made;
+// Validate calls it on a copy.
+func (c *Config) parse() (ident.Table, error) {
 	c.setDefaults()
 	var errs []error
-	if _, err := ident.ParseTable(c.Table); err != nil {
+	table, err := ident.ParseTable(c.Table)
+	if err != nil {
 		errs = append(errs, fmt.Errorf("invalid Table: %w", err))
 	}
 	if _, err := ident.ParseName(c.Channel); err != nil {
@@ -145,7 +154,7 @@ func (c Config) Validate() error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("admin: invalid config: %w", err)
+		return ident.Table{}, fmt.Errorf("admin: invalid config: %w", err)
 	}
-	return nil
+	return table, nil
 }

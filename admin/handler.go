@@ -54,7 +54,7 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
+	cfg = o.cfg // defaults applied
 	h := &Handler{o: o, cfg: cfg}
 	funcs := template.FuncMap{
 		"bytes": Bytes,

@@ -72,27 +72,27 @@ func (o *Outbox) tableExists(ctx context.Context) (bool, error) {
 }
 
 func newOutbox(db *gorm.DB, cfg Config) (*Outbox, error) {
-	if err := cfg.Validate(); err != nil {
+	table, err := cfg.parse()
+	if err != nil {
 		return nil, err
 	}
-	cfg.setDefaults()
 	if db == nil {
 		return nil, errors.New("admin: db is required")
 	}
-	conn, err := drivers.Open(db, cfg.Table)
+	conn, err := drivers.Open(db, "") // the table is parsed
 	if err != nil {
 		return nil, fmt.Errorf("admin: %w", err)
 	}
-	if cfg.WALSlot != "" && conn.Driver.Name() != "postgres" {
+	if cfg.WALSlot != "" && conn.Driver.WAL() == nil { // the slot of a WAL relay: PostgreSQL's
 		return nil, fmt.Errorf("admin: WALSlot needs PostgreSQL, not %s", conn.Driver.Name())
 	}
 	return &Outbox{
 		cfg:   cfg,
 		db:    conn.DB,
 		drv:   conn.Driver,
-		adm:   conn.Driver.Admin(conn.Table),
-		table: conn.Table,
-		log:   cfg.Logger.With("component", "herald.admin", "table", conn.Table.String()),
+		adm:   conn.Driver.Admin(table),
+		table: table,
+		log:   cfg.Logger.With("component", "herald.admin", "table", table.String()),
 	}, nil
 }
 
