@@ -17,6 +17,7 @@ import (
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", pure Go
 
 	"github.com/heraldgo/herald/internal/dberr"
+	"github.com/heraldgo/herald/internal/drivers"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 )
 
@@ -25,10 +26,23 @@ const urlHelp = "postgres://user:pw@host:5432/db, mysql://user:pw@host:3306/db, 
 
 // target is a database a DATABASE_URL names.
 type target struct {
-	dialect string // "postgres", "sqlite", "mysql"
-	dsn     string // what the driver opens
-	where   string // for messages: host:port, or the SQLite file (no password)
-	file    string // the SQLite file
+	dialect   string                // its dialector's name: "postgres", "sqlite", "mysql"
+	dialector func() gorm.Dialector // GORM's dialector on dsn, a new one each time
+	dsn       string                // what the driver opens
+	where     string                // for messages: host:port, or the SQLite file (no password)
+	file      string                // the SQLite file; "" for a server
+}
+
+// newTarget is the target opened by dialector.
+func newTarget(dialector func() gorm.Dialector, dsn, where, file string) target {
+	return target{dialect: dialector().Name(), dialector: dialector, dsn: dsn, where: where, file: file}
+}
+
+// wal reports whether t's database can keep the outbox in its log, which
+// the WAL relay streams (its driver's WAL capability).
+func (t target) wal() bool {
+	d, err := drivers.ForDialector(t.dialector())
+	return err == nil && d.WAL() != nil
 }
 
 // parseURL reads a DATABASE_URL: postgres:// (or postgresql://) as it is;
@@ -53,7 +67,7 @@ func parseURL(raw string) (target, error) {
 		if err != nil {
 			return target{}, fmt.Errorf("DATABASE_URL is not a URL: %w", unquoteURLError(err))
 		}
-		return target{dialect: "postgres", dsn: raw, where: u.Host}, nil
+		return newTarget(func() gorm.Dialector { return postgres.Open(raw) }, raw, u.Host, ""), nil
 	case "mysql":
 		u, err := url.Parse(raw)
 		if err != nil {
@@ -81,7 +95,8 @@ func parseURL(raw string) (target, error) {
 				user += ":" + pw
 			}
 		}
-		return target{dialect: "mysql", dsn: user + "@tcp(" + host + ")/" + db + "?" + q.Encode(), where: host}, nil
+		dsn := user + "@tcp(" + host + ")/" + db + "?" + q.Encode()
+		return newTarget(func() gorm.Dialector { return mysql.Open(dsn) }, dsn, host, ""), nil
 	case "sqlite", "file":
 		path, query, _ := strings.Cut(rest, "?")
 		if scheme == "sqlite" {
@@ -106,7 +121,8 @@ func parseURL(raw string) (target, error) {
 		if !strings.Contains(query, "journal_mode") {
 			q.Add("_pragma", "journal_mode(WAL)")
 		}
-		return target{dialect: "sqlite", dsn: "file:" + path + "?" + q.Encode(), where: path, file: path}, nil
+		dsn := "file:" + path + "?" + q.Encode()
+		return newTarget(func() gorm.Dialector { return sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: dsn}) }, dsn, path, path), nil
 	}
 	return target{}, fmt.Errorf("DATABASE_URL: unknown scheme %q (%s)", scheme, urlHelp)
 }
@@ -125,21 +141,12 @@ func unquoteURLError(err error) error {
 // mustExist, an SQLite file that does not exist is an error (opening would
 // create it).
 func open(ctx context.Context, t target, mustExist bool) (*gorm.DB, error) {
-	if t.dialect == "sqlite" && mustExist {
+	if t.file != "" && mustExist {
 		if _, err := os.Stat(t.file); err != nil {
 			return nil, fmt.Errorf("no SQLite database at %s", t.file)
 		}
 	}
-	var d gorm.Dialector
-	switch t.dialect {
-	case "postgres":
-		d = postgres.Open(t.dsn)
-	case "mysql":
-		d = mysql.Open(t.dsn)
-	default:
-		d = sqlite.New(sqlite.Config{DriverName: "sqlite", DSN: t.dsn})
-	}
-	db, err := gorm.Open(d, &gorm.Config{Logger: logger.Discard})
+	db, err := gorm.Open(t.dialector(), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		return nil, fmt.Errorf("open %s at %s: %s", t.dialect, t.where, dberr.RootCause(err))
 	}

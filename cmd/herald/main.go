@@ -268,7 +268,7 @@ func (c *cli) openOutbox(db *gorm.DB, t target, cfg admin.Config) (o *admin.Outb
 		closeDB(db)
 		if errors.Is(err, admin.ErrTableMissing) {
 			hint := "--table names another"
-			if t.dialect == "postgres" {
+			if t.wal() {
 				hint += "; events kept in the WAL: --wal-slot"
 			}
 			return nil, nil, fmt.Errorf("no table %s in the %s database at %s (%s)", c.table, t.dialect, t.where, hint)

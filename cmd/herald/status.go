@@ -46,10 +46,10 @@ slot, or one lagging past --max-wal-lag (1GiB by default), is unhealthy. With
 		return c.fail(err)
 	}
 	switch {
-	case *walSlot != "" && t.dialect != "postgres":
+	case *walSlot != "" && !t.wal():
 		closeDB(db)
 		return c.usageError(fmt.Errorf("--wal-slot: the WAL relay needs PostgreSQL; DATABASE_URL is a %s database", t.dialect))
-	case *walSlot == "" && t.dialect == "postgres":
+	case *walSlot == "" && t.wal():
 		if sqlDB, err := db.DB(); err == nil {
 			// Slot names are the server's: only a slot of this database.
 			if w, err := walrelay.ReadSlot(c.ctx, sqlDB, walrelay.DefaultSlot); err == nil && w.Exists && w.Database == w.CurrentDatabase {

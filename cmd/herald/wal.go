@@ -71,7 +71,7 @@ the slots (herald_wal_slots) is kept in its schema.
 	if err != nil {
 		return c.fail(err)
 	}
-	if t.dialect != "postgres" {
+	if !t.wal() {
 		return c.fail(fmt.Errorf("the WAL relay needs PostgreSQL; DATABASE_URL is a %s database", t.dialect))
 	}
 	if sub == "setup" {
