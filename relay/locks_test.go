@@ -6,7 +6,6 @@ package relay_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"testing"
 	"time"
 
@@ -54,7 +53,7 @@ func (lineAdded) EventType() string { return "line.added" }
 func TestBulkTransactionLockFootprint(t *testing.T) {
 	t.Parallel()
 	total, aggs, span := 20_000, 10_000, 5*time.Second
-	if os.Getenv("HERALD_LONG_TESTS") != "" {
+	if testkit.Long() {
 		total, span = 100_000, 30*time.Second
 	}
 	server := pgtest.Server(t, "max_locks_per_transaction=10", "max_connections=20")

@@ -112,6 +112,11 @@ func Dialects() []Dialect {
 	return out
 }
 
+// Long reports whether the long tests run (HERALD_LONG_TESTS set, as CI
+// sets it): the stress tests at full size, and the conformance suite whole on
+// every database rather than each test on one of them.
+func Long() bool { return os.Getenv("HERALD_LONG_TESTS") != "" }
+
 // ForEach runs f as a parallel subtest per dialect. A test passes its
 // *testing.T and a func(t *testing.T, d Dialect) (see tb.T).
 func ForEach[T tb.T[T]](t T, f func(t T, d Dialect)) {
