@@ -16,7 +16,7 @@ const DefaultTable = store.DefaultOutbox
 const DefaultMaxPayloadBytes = 1 << 20
 
 // DefaultWALPrefix is the default [Config].WALPrefix: "herald".
-const DefaultWALPrefix = "herald"
+const DefaultWALPrefix = store.DefaultWALPrefix
 
 // Storage is where the plugin writes events.
 type Storage int
