@@ -404,14 +404,17 @@ func testOutage(t *testing.T, maxHeld int) {
 	b := &broker{pub: gc}
 	start(t, rs.with(t, b, walrelay.Config{Ordered: true, MaxHeld: maxHeld}))
 	const writers, aggs, per = 4, 12, 30
-	written := make(chan struct{})
-	go func() {
-		defer close(written)
-		writeAggs(t, db, writers, aggs, 0, per, nil)
-	}()
+	writeAggs(t, db, writers, aggs, 0, 5, nil)
 	waitFor(t, "some publishes", func() bool { return len(c.deliveries()) >= 20 })
 	b.down.Store(true)
 	began := time.Now()
+	// The rest is written once the broker is down, so that the outage meets
+	// events however fast the first ones went out.
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		writeAggs(t, db, writers, aggs, 5, per, nil)
+	}()
 	waitFor(t, "failures", func() bool { return b.failed.Load() >= 20 && time.Since(began) > 500*time.Millisecond })
 	b.down.Store(false)
 	<-written
