@@ -47,9 +47,6 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/memfs"
 	"github.com/heraldgo/herald/internal/store"
-	"github.com/heraldgo/herald/internal/store/mysql"
-	"github.com/heraldgo/herald/internal/store/postgres"
-	"github.com/heraldgo/herald/internal/store/sqlite"
 )
 
 // ErrSchemaOutdated is returned (wrapped) at start by the outbox hook, the
@@ -59,18 +56,28 @@ import (
 var ErrSchemaOutdated = store.ErrSchemaOutdated
 
 // Postgres returns the PostgreSQL migrations.
-func Postgres() fs.FS { return postgres.Migrations() }
+func Postgres() fs.FS { return of("postgres") }
 
 // PostgresPartitioned returns the PostgreSQL migrations with the outbox
 // partitioned by occurred_at (its 0001 replaced, the rest the same): the schema
 // for retention by partition drop (relay.Config.DropPartitions).
-func PostgresPartitioned() fs.FS { return postgres.PartitionedMigrations() }
+func PostgresPartitioned() fs.FS { return drivers.PartitionedMigrations() }
 
 // SQLite returns the SQLite migrations.
-func SQLite() fs.FS { return sqlite.Migrations() }
+func SQLite() fs.FS { return of("sqlite") }
 
 // MySQL returns the MySQL/MariaDB migrations.
-func MySQL() fs.FS { return mysql.Migrations() }
+func MySQL() fs.FS { return of("mysql") }
+
+// of returns the migrations of a database Herald supports, by its driver's
+// name.
+func of(name string) fs.FS {
+	d, err := drivers.ByName(name)
+	if err != nil {
+		panic(err) // a name of this file's, which every build has
+	}
+	return d.Migrations()
+}
 
 // The default table names the migrations are written for, and the table
 // Migrate records applied versions in.
