@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
 
@@ -20,8 +21,8 @@ type metrics struct {
 
 	meter                   metric.Meter
 	attrs                   metric.MeasurementOption // the table
-	pubC, failC, deadC      metric.Int64Counter
-	duration                metric.Float64Histogram
+	*outbound.Instruments                            // the publish call's, shared with walrelay
+	deadC                   metric.Int64Counter
 	pending, failing, deadG metric.Int64ObservableGauge
 	oldest                  metric.Float64ObservableGauge
 	deadTuples, size        metric.Int64ObservableGauge // where the database reports them
@@ -35,15 +36,10 @@ func newMetrics(mp metric.MeterProvider, table string) *metrics {
 	m := &metrics{meter: mp.Meter(telemetry.ScopeName), attrs: metric.WithAttributes(attribute.String("table", table))}
 	// An instrument that cannot be made is left as a no-op: metrics never stop
 	// the relay (the errors are those of a misconfigured SDK).
-	m.pubC, _ = m.meter.Int64Counter("herald.relay.published", metric.WithUnit("{event}"),
-		metric.WithDescription("Events this relay published (Publish returned nil)."))
-	m.failC, _ = m.meter.Int64Counter("herald.relay.failed", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Failed publish attempts of this relay."))
+	m.Instruments = outbound.NewInstruments(m.meter, "herald.relay",
+		"Time to publish one batch of events, from the first Publish call to the last return.", m.attrs)
 	m.deadC, _ = m.meter.Int64Counter("herald.relay.dead", metric.WithUnit("{event}"),
 		metric.WithDescription("Events that went dead in this relay."))
-	m.duration, _ = m.meter.Float64Histogram("herald.relay.publish.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time to publish one batch of events, from the first Publish call to the last return."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1, 2, 4, 8, 16))
 	m.pending, _ = m.meter.Int64ObservableGauge("herald.outbox.pending", metric.WithUnit("{event}"),
 		metric.WithDescription("Events not yet published and not dead."))
 	m.failing, _ = m.meter.Int64ObservableGauge("herald.outbox.failing", metric.WithUnit("{event}"),
@@ -65,16 +61,7 @@ func newMetrics(mp metric.MeterProvider, table string) *metrics {
 func (m *metrics) record(o *outcome) {
 	m.published.Add(int64(len(o.ok)))
 	m.failed.Add(int64(len(o.failed)))
-	ctx := context.Background()
-	if m.pubC != nil && len(o.ok) > 0 {
-		m.pubC.Add(ctx, int64(len(o.ok)), m.attrs)
-	}
-	if m.failC != nil && len(o.failed) > 0 {
-		m.failC.Add(ctx, int64(len(o.failed)), m.attrs)
-	}
-	if m.duration != nil {
-		m.duration.Record(ctx, o.took.Seconds(), m.attrs)
-	}
+	m.Record(o.took, len(o.ok), len(o.failed))
 }
 
 // died counts events that went dead.
@@ -83,9 +70,7 @@ func (m *metrics) died(n int) {
 		return
 	}
 	m.dead.Add(int64(n))
-	if m.deadC != nil {
-		m.deadC.Add(context.Background(), int64(n), m.attrs)
-	}
+	m.Add(m.deadC, n)
 }
 
 // observeOutbox registers the callback that reads the outbox gauges from the

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/telemetry"
 )
 
@@ -90,45 +91,28 @@ func boolInt(b bool) int64 {
 	return 0
 }
 
-// counters are the relay's publish metrics (Config.MeterProvider). An
-// instrument that cannot be made is left nil, and not recorded: metrics
-// never stop the relay (the errors are those of a misconfigured SDK).
+// counters are the relay's publish metrics (Config.MeterProvider): the
+// publish call's, shared with the table relay (outbound.Instruments, named
+// herald.wal.*), and the events parked.
 type counters struct {
-	attrs                   metric.MeasurementOption // the slot
-	published, failed, park metric.Int64Counter
-	duration                metric.Float64Histogram
+	*outbound.Instruments
+	park metric.Int64Counter
 }
 
 func newCounters(mp metric.MeterProvider, slot string) *counters {
 	m := mp.Meter(telemetry.ScopeName)
-	c := &counters{attrs: metric.WithAttributes(attribute.String("slot", slot))}
-	c.published, _ = m.Int64Counter("herald.wal.published", metric.WithUnit("{event}"),
-		metric.WithDescription("Events the WAL relay published (the publisher acknowledged them)."))
-	c.failed, _ = m.Int64Counter("herald.wal.failed", metric.WithUnit("{attempt}"),
-		metric.WithDescription("Failed publish attempts of the WAL relay, one per event per failed attempt."))
+	c := &counters{Instruments: outbound.NewInstruments(m, "herald.wal",
+		"Time of one publish call of the WAL relay (Publish or PublishBatch, one or more events).",
+		metric.WithAttributes(attribute.String("slot", slot)))}
+	// Left nil, and not recorded, if it cannot be made (see outbound.Instruments).
 	c.park, _ = m.Int64Counter("herald.wal.parked", metric.WithUnit("{event}"),
 		metric.WithDescription("Events the WAL relay parked in the outbox table: refused, or behind a refused one of their aggregate."))
-	c.duration, _ = m.Float64Histogram("herald.wal.publish.duration", metric.WithUnit("s"),
-		metric.WithDescription("Time of one publish call of the WAL relay (Publish or PublishBatch, one or more events)."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256, 0.512, 1, 2, 4, 8, 16))
 	return c
-}
-
-func (c *counters) add(ctr metric.Int64Counter, n int) {
-	if ctr != nil && n > 0 {
-		ctr.Add(context.Background(), int64(n), c.attrs)
-	}
 }
 
 // call records one publish call: how long it took, how many of its events
 // were published and how many failed.
-func (c *counters) call(took time.Duration, ok, failed int) {
-	if c.duration != nil {
-		c.duration.Record(context.Background(), took.Seconds(), c.attrs)
-	}
-	c.add(c.published, ok)
-	c.add(c.failed, failed)
-}
+func (c *counters) call(took time.Duration, ok, failed int) { c.Record(took, ok, failed) }
 
 // parked counts events written to the outbox table.
-func (c *counters) parked(n int) { c.add(c.park, n) }
+func (c *counters) parked(n int) { c.Add(c.park, n) }
