@@ -24,6 +24,29 @@
 // the log (its slots, its stream, the decoding of its messages) is
 // Driver.WAL (wal.go), nil for a database without it.
 //
+// # The drivers' files
+//
+// Every driver keeps one concern in one file of the same name (as
+// watermill-sql names concern_dialect.go), so that the same job is found in
+// the same place on each database:
+//
+//   - driver.go: the Driver, its Caps, quoting, the database's errors;
+//   - schema.go: the migrations, ObjectExists, what Create and Check make;
+//   - outbox.go, inbox.go: Outbox (the write path), Inbox;
+//   - relay.go: the Relay and the statements its files share;
+//   - claim.go, batch.go, mark.go: Relay.Claim, the Batch it returns, the
+//     marks;
+//   - recovery.go, stats.go, dead.go, cleanup.go: Relay.RecoverOutage,
+//     Stats, the dead events, Cleanup;
+//   - leases.go, heartbeat.go: the partition leases, the relays' heartbeats;
+//   - admin.go: Admin;
+//   - waker.go, wal.go: Waker, WALOutbox and WAL (on MySQL and SQLite, what
+//     says they have none).
+//
+// A database's own files come beside them: PostgreSQL's position.go and
+// frontier.go (where claims start), partitions.go (Partitions) and
+// wal_*.go (the WAL relay's side of Messages); SQLite's dsn.go.
+//
 // # Adding a database
 //
 // A fourth database is one new folder here and a line in package drivers:

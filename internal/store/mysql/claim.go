@@ -2,7 +2,9 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"strings"
 
 	"github.com/heraldgo/herald/internal/store"
 )
@@ -32,12 +34,41 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 	return batch{store.NewMarks(r, p, db, readCommitted, tx, rows)}, nil
 }
 
-// batch is a claimed batch of MySQL: its marks, committed with the rows the
-// batch did not mark unlocked, due as they were.
-type batch struct{ *store.Marks }
+func scanClaimed(rows *sql.Rows, extra ...any) (store.Row, error) {
+	var (
+		c                 store.Row
+		payload, metadata []byte
+		occurred          any
+	)
+	dest := append([]any{&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic, &payload, &metadata,
+		&occurred, &c.Attempts, &c.Strikes}, extra...)
+	if err := rows.Scan(dest...); err != nil {
+		return c, err
+	}
+	c.Payload, c.Metadata = payload, metadata
+	var err error
+	c.OccurredAt, err = parseTime(occurred)
+	return c, err
+}
 
-// Commit commits the marks.
-func (b batch) Commit(context.Context) error { return b.Marks.Commit() }
+func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Row, error) {
+	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) { return scanClaimed(rows) })
+}
 
-// Close rolls back what Commit did not commit.
-func (b batch) Close() { b.Marks.Close() }
+// claimLocked claims up to limit due events in tx, locking them and skipping
+// rows others locked; the locks hold until tx ends.
+func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Row, error) {
+	return r.claim(ctx, tx, r.q.claimLocked, limit)
+}
+
+// claimOrdered returns up to limit due events of the owned partitions, in
+// insertion order, leaving out those behind an earlier event of their
+// aggregate that waits for a retry. It locks nothing.
+func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Row, error) {
+	if len(owned) == 0 {
+		return nil, nil
+	}
+	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
+	args := append(append([]any{partitions}, anys(owned)...), limit)
+	return r.claim(ctx, x, q, args...)
+}

@@ -1,8 +1,12 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
-	"fmt"
+	"database/sql"
+	"slices"
+	"strings"
+	"time"
 
 	"github.com/heraldgo/herald/internal/store"
 )
@@ -28,28 +32,70 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 	return &batch{r: r, Marks: store.NewMarks(r, p, db, nil, nil, rows), leased: p.Ordered == nil}, nil
 }
 
-// batch is a claimed batch of SQLite.
-type batch struct {
-	*store.Marks
-	r      *relay
-	leased bool
-}
-
-// Commit releases the leases of the rows the batch had no time for (due again
-// at about when they were due before) and commits the marks.
-func (b *batch) Commit(ctx context.Context) error {
-	if untried := b.Untried(); b.leased && len(untried) > 0 {
-		tx, err := b.Tx(ctx)
-		if err != nil {
-			return err
+// claim runs the claim q and returns its rows in seq order, or in the order of
+// rank (by seq) when given; leased: q returns the lease it set last.
+func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased bool, q string, args ...any) ([]store.Row, error) {
+	out, err := store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+		var (
+			c                 store.Row
+			payload, metadata string
+			occurred          int64
+		)
+		dest := []any{&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic,
+			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes}
+		if leased {
+			dest = append(dest, &c.Lease)
 		}
-		if err := b.r.unlease(ctx, tx, untried); err != nil {
-			return fmt.Errorf("unlease: %w", err)
-		}
+		err := rows.Scan(dest...)
+		c.Payload, c.Metadata, c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
+		return c, err
+	})
+	if err != nil {
+		return nil, err
 	}
-	return b.Marks.Commit()
+	// RETURNING yields rows in no promised order.
+	slices.SortFunc(out, func(a, b store.Row) int {
+		if rank != nil {
+			return rank[a.Seq] - rank[b.Seq]
+		}
+		return cmp.Compare(a.Seq, b.Seq)
+	})
+	return out, nil
 }
 
-// Close rolls back marks that were not committed; the leased rows come back
-// when their leases end.
-func (b *batch) Close() { b.Marks.Close() }
+// claimLeased claims up to limit due events by moving their available_at
+// lease ahead, in a statement of its own: nobody else claims them until then,
+// and a relay that dies leaves them to be claimed again when the lease ends.
+func (r *relay) claimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Row, error) {
+	due, err := store.Column[int64](ctx, x, r.q.dueLeased, limit)
+	if err != nil || len(due) == 0 {
+		return nil, err
+	}
+	rank := make(map[int64]int, len(due))
+	for i, seq := range due {
+		rank[seq] = i
+	}
+	return r.claim(ctx, x, rank, true, r.q.claimLeased, lease.Microseconds(), store.JSONInts(due))
+}
+
+// unlease makes the rows due again at about the time they were due before
+// the claim (their insert, or their last failure: the lease overwrote the
+// exact time), not now: else rows a batch had no time for would go behind
+// the events that failed in it, and again every batch, never tried while a
+// failing event comes first (the other databases release such rows
+// untouched). Only rows that still hold the claim's lease.
+func (r *relay) unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
+	return store.ExecSeqLeases(ctx, x, r.q.unlease, keys)
+}
+
+// claimOrdered returns up to limit due events of the owned partitions, in
+// insertion order, leaving out those behind an earlier event of their
+// aggregate that waits for a retry.
+func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Row, error) {
+	if len(owned) == 0 {
+		return nil, nil
+	}
+	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
+	args := append(append([]any{partitions}, anys(owned)...), limit)
+	return r.claim(ctx, x, nil, false, q, args...)
+}

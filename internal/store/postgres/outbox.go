@@ -1,143 +1,19 @@
-// Package postgres is Herald's storage for PostgreSQL 13 and newer: all of its
-// SQL, and its migrations. It works through database/sql on the pgx driver
-// (gorm.io/driver/postgres).
 package postgres
 
 import (
 	"context"
 	"database/sql"
-	"embed"
-	"errors"
 	"fmt"
-	"io/fs"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/memfs"
 	"github.com/heraldgo/herald/internal/store"
-)
-
-//go:embed migrations/*.sql
-var migrations embed.FS
-
-//go:embed migrations/partitioned/*.sql
-var partitioned embed.FS
-
-// Migrations are PostgreSQL's numbered migrations.
-func Migrations() fs.FS {
-	sub, _ := fs.Sub(migrations, "migrations")
-	return sub
-}
-
-// PartitionedMigrations are Migrations with the outbox partitioned by
-// occurred_at (0001 replaced), for retention by partition drop.
-func PartitionedMigrations() fs.FS {
-	out := memfs.FS{}
-	for _, set := range []fs.FS{Migrations(), partitionedOnly()} {
-		names, _ := fs.Glob(set, "*.sql")
-		for _, n := range names {
-			out[n], _ = fs.ReadFile(set, n)
-		}
-	}
-	return out
-}
-
-func partitionedOnly() fs.FS {
-	sub, _ := fs.Sub(partitioned, "migrations/partitioned")
-	return sub
-}
-
-// Driver is the PostgreSQL implementation of store.Driver.
-type Driver struct{}
-
-var _ store.Driver = Driver{}
-
-// Name returns "postgres".
-func (Driver) Name() string { return "postgres" }
-
-// LockingTx returns nil: PostgreSQL's default, READ COMMITTED, takes no
-// range locks.
-func (Driver) LockingTx() *sql.TxOptions { return nil }
-
-// Caps: LISTEN/NOTIFY, row locks (FOR UPDATE SKIP LOCKED), a claim position,
-// partitions, aborting a transaction, an outbox in the WAL.
-func (Driver) Caps() store.Caps {
-	return store.Caps(store.Listen | store.RowLocks | store.Position | store.Partitions | store.AbortTx | store.Messages)
-}
-
-// Quote quotes t with double quotes.
-func (Driver) Quote(t ident.Table) string { return t.Quoted() }
-
-// Migrations returns Migrations().
-func (Driver) Migrations() fs.FS { return Migrations() }
-
-// MigrationsTableSQL creates store.MigrationsTable.
-func (Driver) MigrationsTableSQL() string {
-	return `CREATE TABLE IF NOT EXISTS ` + store.MigrationsTable + ` (
-    version    bigint      PRIMARY KEY,
-    name       text        NOT NULL,
-    applied_at timestamptz NOT NULL DEFAULT now()
-)`
-}
-
-// RecordMigrationSQL records a version.
-func (Driver) RecordMigrationSQL() string {
-	return `INSERT INTO ` + store.MigrationsTable + ` (version, name) VALUES ($1, $2)`
-}
-
-// IsTableMissing reports whether err is PostgreSQL's undefined_table.
-func IsTableMissing(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42P01"
-}
-
-// IsPermissionDenied reports whether err is PostgreSQL's insufficient_privilege.
-func IsPermissionDenied(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "42501"
-}
-
-// exists reports whether the relation (quoted, qualified name) exists.
-func exists(ctx context.Context, x store.Execer, quoted string) (bool, error) {
-	var found sql.NullString
-	err := store.QueryRow(ctx, x, `SELECT to_regclass($1)::text`, []any{quoted}, &found)
-	return found.Valid, err
-}
-
-// ObjectExists reports whether what the migration statement o makes exists.
-func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
-	return objectExists(ctx, x, o)
-}
-
-func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
-	switch o.Kind {
-	case store.KindColumn:
-		var ok bool
-		err := store.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`,
-			[]any{o.Name.Quoted(), o.Column}, &ok)
-		return ok, err
-	case store.KindStep:
-		return store.Found(ctx, x, o.Check)
-	}
-	return exists(ctx, x, o.Name.Quoted())
-}
-
-// schema is what Herald creates and checks from the migrations; partitioned
-// the same from the partitioned set.
-var (
-	schema            = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
-	partitionedSchema = store.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
 )
 
 // Outbox returns the operations on the outbox table t.
 func (Driver) Outbox(t ident.Table) store.Outbox { return newOutbox(t) }
-
-// Inbox returns the operations on the inbox table t.
-func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
 
 type outbox struct {
 	t      ident.Table
@@ -355,78 +231,3 @@ func (o *outbox) Abort(ctx context.Context, x store.Execer) {
 	_, _ = x.ExecContext(context.WithoutCancel(ctx),
 		`DO $$BEGIN RAISE EXCEPTION 'herald: an outbox write of this transaction failed; roll it back'; END$$`)
 }
-
-type inbox struct {
-	t                ident.Table
-	insert, cleanupQ string
-}
-
-func newInbox(t ident.Table) *inbox {
-	q := t.Quoted()
-	return &inbox{
-		t:      t,
-		insert: `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
-		// By ctid: the primary key's order is not the age order, and a DELETE
-		// cannot take a LIMIT.
-		cleanupQ: `DELETE FROM ` + q + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + q +
-			` WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2))`,
-	}
-}
-
-func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
-	return exists(ctx, x, in.t.Quoted())
-}
-
-func (in *inbox) Create(ctx context.Context, x store.Execer) error {
-	return schema.CreateInbox(ctx, x, in.t)
-}
-
-func (in *inbox) Check(ctx context.Context, x store.Execer) error {
-	return schema.CheckInbox(ctx, x, in.t)
-}
-
-func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
-	res, err := x.ExecContext(ctx, in.insert, consumer, id)
-	if err != nil {
-		if IsTableMissing(err) {
-			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-		}
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
-}
-
-// Cleanup deletes a batch under a transaction-scoped advisory lock keyed by the
-// table's oid, so one instance cleans at a time and tables of one name in other
-// schemas clean apart.
-func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	return lockedDelete(ctx, db, "herald.inbox.cleanup:", in.t, in.cleanupQ, float64(olderThan.Milliseconds()), limit)
-}
-
-// lockedDelete runs del in a transaction holding the advisory lock of (key,
-// table), unless another holds it, and returns how many rows it deleted.
-func lockedDelete(ctx context.Context, db *sql.DB, key string, t ident.Table, del string, args ...any) (int64, error) {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = tx.Rollback() }()
-	var locked bool
-	if err := tx.QueryRowContext(ctx, `SELECT pg_try_advisory_xact_lock(hashtext($1 || $2::regclass::oid::text))`,
-		key, t.Quoted()).Scan(&locked); err != nil {
-		return 0, err
-	}
-	if !locked {
-		return 0, nil
-	}
-	res, err := tx.ExecContext(ctx, del, args...)
-	if err != nil {
-		return 0, err
-	}
-	n, _ := res.RowsAffected()
-	return n, tx.Commit()
-}
-
-// PermissionDenied reports whether err is insufficient_privilege.
-func (Driver) PermissionDenied(err error) bool { return IsPermissionDenied(err) }

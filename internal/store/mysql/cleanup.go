@@ -1,0 +1,27 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock
+// on the processed index for new events to wait on; concurrent cleaners take
+// turns on InnoDB's row locks.
+func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	return cleanup(ctx, db, r.q.cleanup, olderThan, limit)
+}
+
+// cleanup runs a cleanup DELETE in a READ COMMITTED transaction of its own and
+// returns how many rows it deleted.
+func cleanup(ctx context.Context, db *sql.DB, q string, olderThan time.Duration, limit int) (int64, error) {
+	var n int64
+	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) (err error) {
+		n, err = store.Affected(ctx, tx, q, olderThan.Microseconds(), limit)
+		return err
+	})
+	return n, err
+}

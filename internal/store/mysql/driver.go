@@ -1,0 +1,100 @@
+// Package mysql is Herald's storage for MySQL 8.0.16+ and MariaDB 10.6+
+// (InnoDB): all of its SQL, and its migrations. It works through database/sql
+// on go-sql-driver/mysql (gorm.io/driver/mysql). Herald is tested on MariaDB
+// 10.11; it uses only SQL that MySQL 8 accepts too: FOR UPDATE SKIP LOCKED, no
+// RETURNING (MySQL has none), no partial indexes, no transactional DDL.
+//
+// Times are UTC: Herald writes UTC_TIMESTAMP(6) and compares with it, whatever
+// the session's time zone. Inserts are plain INSERTs: neither INSERT IGNORE
+// (which would also swallow a CHECK constraint's or a truncation's error and
+// drop the row) nor ON DUPLICATE KEY UPDATE (whose count cannot tell a
+// duplicate from a new row under clientFoundRows, which GORM's Save needs). A
+// duplicate key fails only its statement in MySQL, so an insert that meets one
+// is retried row by row, skipping the rows that exist.
+package mysql
+
+import (
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Now is the database's current UTC time, to the microsecond.
+const Now = `UTC_TIMESTAMP(6)`
+
+// Driver is the MySQL/MariaDB implementation of store.Driver.
+type Driver struct{}
+
+var _ store.Driver = Driver{}
+
+// Name returns "mysql".
+func (Driver) Name() string { return "mysql" }
+
+// Caps: row locks (FOR UPDATE SKIP LOCKED); found rows counted as affected
+// (clientFoundRows). No LISTEN/NOTIFY, no claim position, no partitions.
+func (Driver) Caps() store.Caps { return store.Caps(store.RowLocks | store.FoundRows) }
+
+// readCommitted is the isolation of every transaction Herald begins on MySQL
+// that locks rows (the relay's claims and marks, lease acquisition, cleanup,
+// the admin's writes), whatever the session's default: in READ COMMITTED
+// InnoDB takes no gap locks, so an application's INSERT of new events never
+// waits for a claim held across a publish, a cleanup or a requeue; and an
+// UPDATE passes over rows other transactions locked that it does not change
+// (the rows relays claimed) instead of waiting for them. go-sql-driver runs
+// SET TRANSACTION ISOLATION LEVEL before the transaction's BEGIN: it holds
+// for that transaction alone.
+var readCommitted = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
+
+// LockingTx returns READ COMMITTED (see readCommitted).
+func (Driver) LockingTx() *sql.TxOptions { return &sql.TxOptions{Isolation: readCommitted.Isolation} }
+
+// Quote quotes t with backticks.
+func (Driver) Quote(t ident.Table) string { return Quote(t) }
+
+// Quote quotes t with backticks: `schema`.`table`.
+func Quote(t ident.Table) string {
+	if t.Schema == "" {
+		return "`" + string(t.Name) + "`"
+	}
+	return "`" + string(t.Schema) + "`.`" + string(t.Name) + "`"
+}
+
+// IsTableMissing reports whether err is MySQL's "table doesn't exist" (1146).
+func IsTableMissing(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "Error 1146") || strings.Contains(err.Error(), "doesn't exist"))
+}
+
+// PermissionDenied reports whether err is MySQL's "command denied" (1142) or
+// "access denied" (1044).
+func (Driver) PermissionDenied(err error) bool {
+	return err != nil && (strings.Contains(err.Error(), "Error 1142") || strings.Contains(err.Error(), "Error 1044"))
+}
+
+func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+func anys[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+// parseTime reads a DATETIME(6) whether the DSN has parseTime or not.
+func parseTime(v any) (time.Time, error) {
+	switch t := v.(type) {
+	case time.Time:
+		return t.UTC(), nil
+	case []byte:
+		return time.ParseInLocation("2006-01-02 15:04:05.999999", string(t), time.UTC)
+	case string:
+		return time.ParseInLocation("2006-01-02 15:04:05.999999", t, time.UTC)
+	case nil:
+		return time.Time{}, nil
+	}
+	return time.Time{}, fmt.Errorf("mysql: time of type %T", v)
+}

@@ -1,0 +1,65 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Inbox returns the operations on the inbox table t.
+func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
+
+type inbox struct {
+	t                ident.Table
+	insert, cleanupQ string
+}
+
+func newInbox(t ident.Table) *inbox {
+	q := Quote(t)
+	return &inbox{
+		t:        t,
+		insert:   `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?, ?, ` + Now + `)`,
+		cleanupQ: `DELETE FROM ` + q + ` WHERE processed_at < ` + Now + ` - INTERVAL ? MICROSECOND LIMIT ?`,
+	}
+}
+
+func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
+	return exists(ctx, x, in.t, false, in.t)
+}
+
+func (in *inbox) Create(ctx context.Context, x store.Execer) error {
+	return schema.CreateInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	if len([]rune(consumer)) > 255 || len([]rune(id)) > 255 {
+		return false, fmt.Errorf("%w: consumer and message id must be at most 255 characters", ErrTooLong)
+	}
+	// A duplicate fails the statement alone; a concurrent insert of the key
+	// waits for the first to end.
+	if _, err := x.ExecContext(ctx, in.insert, consumer, id); err != nil {
+		if IsDuplicate(err) {
+			return false, nil
+		}
+		if IsTableMissing(err) {
+			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return false, err
+	}
+	return true, nil
+}
+
+// Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock
+// for the inbox's inserts to wait on; concurrent cleaners take turns on
+// InnoDB's row locks.
+func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	return cleanup(ctx, db, in.cleanupQ, olderThan, limit)
+}

@@ -1,0 +1,62 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Inbox returns the operations on the inbox table t.
+func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
+
+type inbox struct {
+	t                ident.Table
+	insert, cleanupQ string
+}
+
+func newInbox(t ident.Table) *inbox {
+	q := t.Quoted()
+	return &inbox{
+		t:      t,
+		insert: `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		// By ctid: the primary key's order is not the age order, and a DELETE
+		// cannot take a LIMIT.
+		cleanupQ: `DELETE FROM ` + q + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + q +
+			` WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2))`,
+	}
+}
+
+func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
+	return exists(ctx, x, in.t.Quoted())
+}
+
+func (in *inbox) Create(ctx context.Context, x store.Execer) error {
+	return schema.CreateInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	res, err := x.ExecContext(ctx, in.insert, consumer, id)
+	if err != nil {
+		if IsTableMissing(err) {
+			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Cleanup deletes a batch under a transaction-scoped advisory lock keyed by the
+// table's oid, so one instance cleans at a time and tables of one name in other
+// schemas clean apart.
+func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	return lockedDelete(ctx, db, "herald.inbox.cleanup:", in.t, in.cleanupQ, float64(olderThan.Milliseconds()), limit)
+}

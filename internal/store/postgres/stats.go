@@ -1,0 +1,57 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/heraldgo/herald/internal/store"
+)
+
+func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) {
+	var (
+		s   store.Stats
+		age sql.NullFloat64
+	)
+	if err := store.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
+		return s, err
+	}
+	if age.Valid {
+		s.OldestPending = time.Duration(age.Float64 * float64(time.Second))
+	}
+	var (
+		deadTuples, bytes int64
+		readAll           bool
+		xact              sql.NullFloat64
+	)
+	if err := store.QueryRow(ctx, x, r.q.storage, []any{r.t.Quoted()}, &deadTuples, &bytes, &readAll, &xact); err != nil {
+		return s, fmt.Errorf("storage figures: %w", err)
+	}
+	s.Storage = true
+	s.DeadTuples, s.TableBytes = deadTuples, bytes
+	if readAll {
+		s.OldestXactKnown = true
+		if xact.Valid {
+			s.OldestXact = time.Duration(xact.Float64 * float64(time.Second))
+		}
+	}
+	return s, nil
+}
+
+// storageSQL reads, for the outbox ($1, summed over its partitions if it has
+// any): PostgreSQL's estimate of its dead row versions and its size with
+// indexes and TOAST; whether this role sees every session's transaction
+// (superuser or pg_read_all_stats: others' are hidden); and the age of the
+// oldest transaction holding back vacuum's horizon (a snapshot or a
+// transaction id held; prepared transactions too), other than this one.
+const storageSQL = `WITH rels AS (
+  SELECT $1::regclass AS oid UNION ALL SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass)
+SELECT
+  (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint FROM pg_stat_all_tables s WHERE s.relid IN (SELECT oid FROM rels)),
+  (SELECT coalesce(sum(pg_total_relation_size(oid)), 0)::bigint FROM rels),
+  (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) OR pg_has_role('pg_read_all_stats', 'USAGE'),
+  greatest(0, extract(epoch FROM clock_timestamp() - (SELECT min(t) FROM (
+    SELECT xact_start AS t FROM pg_stat_activity
+      WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND pid <> pg_backend_pid()
+    UNION ALL SELECT prepared FROM pg_prepared_xacts) x)))::float8`

@@ -1,0 +1,14 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
+func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	return store.Affected(ctx, db, r.q.cleanup, olderThan.Microseconds(), limit)
+}

@@ -1,0 +1,57 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Inbox returns the operations on the inbox table t.
+func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
+
+type inbox struct {
+	t                ident.Table
+	insert, cleanupQ string
+}
+
+func newInbox(t ident.Table) *inbox {
+	q := t.Quoted()
+	return &inbox{
+		t:        t,
+		insert:   `INSERT INTO ` + q + ` (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`,
+		cleanupQ: `DELETE FROM ` + q + ` WHERE rowid IN (SELECT rowid FROM ` + q + ` WHERE processed_at < ? LIMIT ?)`,
+	}
+}
+
+func (in *inbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
+	return exists(ctx, x, in.t)
+}
+
+func (in *inbox) Create(ctx context.Context, x store.Execer) error {
+	return schema.CreateInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Check(ctx context.Context, x store.Execer) error {
+	return schema.CheckInbox(ctx, x, in.t)
+}
+
+func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	res, err := x.ExecContext(ctx, in.insert, consumer, id)
+	if err != nil {
+		if IsTableMissing(err) {
+			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n == 1, err
+}
+
+// Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
+func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
+	return store.Affected(ctx, db, in.cleanupQ, time.Now().Add(-olderThan).UnixMicro(), limit)
+}

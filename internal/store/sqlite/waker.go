@@ -1,0 +1,10 @@
+package sqlite
+
+import (
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// Waker returns store.NoWaker: SQLite has no LISTEN/NOTIFY. Relays in other
+// processes find events by polling (Config.PollInterval); within one process,
+// Notify is a relay's Wake.
+func (Driver) Waker() store.Waker { return store.NoWaker{} }
