@@ -47,6 +47,7 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/memfs"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
 )
 
 // ErrSchemaOutdated is returned (wrapped) at start by the outbox hook, the
@@ -123,7 +124,7 @@ func (m Migration) String() string { return fmt.Sprintf("%04d_%s", m.Version, m.
 // List returns the migrations of fsys (one of this package's sets, such as
 // Postgres() or ForDatabase("mysql")), in version order.
 func List(fsys fs.FS) ([]Migration, error) {
-	migs, err := store.Migrations(fsys)
+	migs, err := migrate.Migrations(fsys)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
@@ -160,7 +161,7 @@ func Status(ctx context.Context, db *gorm.DB) ([]State, error) {
 	}
 	var applied []int64
 	if ok {
-		if applied, err = store.AppliedVersions(ctx, conn.DB); err != nil {
+		if applied, err = migrate.AppliedVersions(ctx, conn.DB); err != nil {
 			return nil, fmt.Errorf("migrations: %w", err)
 		}
 	}
@@ -206,7 +207,7 @@ func MigrateFS(ctx context.Context, db *gorm.DB, fsys fs.FS) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	done, err := store.MigrateFS(ctx, conn.DB, conn.Driver, fsys)
+	done, err := migrate.MigrateFS(ctx, conn.DB, conn.Driver, fsys)
 	if err != nil {
 		return done, fmt.Errorf("migrations: %w", err)
 	}
@@ -220,14 +221,14 @@ func Applied(ctx context.Context, db *gorm.DB) ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}
-	return store.AppliedVersions(ctx, conn.DB)
+	return migrate.AppliedVersions(ctx, conn.DB)
 }
 
 // Goose returns fsys (one of this package's sets) as goose reads migrations:
 // one NNNN_name.sql per version, the up file (which starts with -- +goose Up)
 // followed by the down file (-- +goose Down).
 func Goose(fsys fs.FS) (fs.FS, error) {
-	migs, err := store.Migrations(fsys)
+	migs, err := migrate.Migrations(fsys)
 	if err != nil {
 		return nil, fmt.Errorf("migrations: %w", err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	storemigrate "github.com/heraldgo/herald/internal/store/migrate"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/migrations"
@@ -258,7 +259,7 @@ func TestMigrateAndSelfCreationAgree(t *testing.T) {
 				testkit.Must(t, err)
 				fsys, err := migrations.For(adb)
 				testkit.Must(t, err)
-				migs, err := store.Migrations(fsys)
+				migs, err := storemigrate.Migrations(fsys)
 				testkit.Must(t, err)
 				if len(applied) != len(migs) {
 					t.Fatalf("recorded %v", applied)
@@ -339,7 +340,7 @@ func diff(got, want []string) string {
 // writers'.
 func withLater(t *testing.T, d testkit.Dialect, fsys fs.FS) (fs.FS, string, string) {
 	t.Helper()
-	migs, err := store.Migrations(fsys)
+	migs, err := storemigrate.Migrations(fsys)
 	testkit.Must(t, err)
 	q := func(s string) string { return `"` + s + `"` }
 	if d.Name == "mysql" {
@@ -372,8 +373,8 @@ func TestLaterMigrationIsPickedUp(t *testing.T) {
 		drv, err := drivers.ByName(d.Name)
 		testkit.Must(t, err)
 		later, col, tbl := withLater(t, d, drv.Migrations())
-		now := store.Schema{FS: drv.Migrations(), Quote: drv.Quote, Exists: drv.ObjectExists}
-		next := store.Schema{FS: later, Quote: drv.Quote, Exists: drv.ObjectExists}
+		now := storemigrate.Schema{FS: drv.Migrations(), Quote: drv.Quote, Exists: drv.ObjectExists}
+		next := storemigrate.Schema{FS: later, Quote: drv.Quote, Exists: drv.ObjectExists}
 		outbox := ident.MustTable("outbox_messages")
 		open := func() *sql.DB {
 			sqlDB, err := d.OpenNew(t, nil).DB()
@@ -406,7 +407,7 @@ func TestLaterMigrationIsPickedUp(t *testing.T) {
 			t.Fatalf("outbox check of today's tables: %v, want ErrSchemaOutdated naming %s", err, tbl)
 		}
 		for _, db := range []*sql.DB{old, oldDB} {
-			if _, err := store.MigrateFS(ctx, db, drv, later); err != nil {
+			if _, err := storemigrate.MigrateFS(ctx, db, drv, later); err != nil {
 				t.Fatalf("Migrate: %v", err)
 			}
 			testkit.Must(t, next.CheckOutbox(ctx, db, outbox))

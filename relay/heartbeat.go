@@ -3,8 +3,6 @@ package relay
 import (
 	"context"
 	"time"
-
-	"github.com/heraldgo/herald/internal/store"
 )
 
 // heartbeatInterval is how often an unordered relay records in the instance
@@ -22,13 +20,9 @@ const heartbeatKeep = 24 * time.Hour
 // unordered relay (Run starts it without leases) is alive: one upsert of its own row, in a statement of its
 // own, holding no lock across anything. It makes the instance table when
 // missing (unordered relays need it for nothing else); without the right to,
-// or on a database that keeps no heartbeats, it logs once and stops: the
-// relay publishes all the same. The row is kept when the relay stops.
+// it logs once and stops: the relay publishes all the same. The row is kept when the relay stops.
 func (r *Relay) heartbeat(ctx context.Context) {
-	hb := store.HeartbeatsOf(r.drv, r.table)
-	if hb == nil {
-		return
-	}
+	hb := r.drv.Heartbeats(r.table)
 	if err := hb.Create(ctx, r.db); err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("relay: cannot create the instance table; the admin page cannot tell whether this relay is alive", "err", err)

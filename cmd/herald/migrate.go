@@ -14,6 +14,7 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
 	"github.com/heraldgo/herald/migrations"
 )
 
@@ -156,7 +157,7 @@ func lacks(ctx context.Context, db *gorm.DB, m migrations.Migration) (missing []
 	if err != nil {
 		return nil, false, err
 	}
-	objs, err := store.Objects(conn.Driver.Migrations(), m.Up, "", ident.Table{}, conn.Driver.Quote)
+	objs, err := migrate.Objects(conn.Driver.Migrations(), m.Up, "", ident.Table{}, conn.Driver.Quote)
 	if err != nil {
 		return nil, false, fmt.Errorf("migration %s: %w", m, err)
 	}

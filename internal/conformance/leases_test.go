@@ -10,6 +10,7 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -28,7 +29,7 @@ func testRelayLeaseGenerations(t *testing.T, dl testkit.Dialect) {
 	st := drv.Relay(table)
 	sqlDB, err := e.db.DB()
 	must(t, err)
-	objs, err := store.Objects(drv.Migrations(), "0002_relay.up.sql", store.DefaultOutbox, table, drv.Quote)
+	objs, err := migrate.Objects(drv.Migrations(), "0002_relay.up.sql", store.DefaultOutbox, table, drv.Quote)
 	must(t, err)
 	for _, o := range objs {
 		if strings.HasSuffix(string(o.Name.Name), "_leases") {
@@ -46,7 +47,7 @@ func testRelayLeaseGenerations(t *testing.T, dl testkit.Dialect) {
 	if err := st.Check(ctx, sqlDB, true, false); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), "0005_lease_generation") {
 		t.Fatalf("the relay's check of a lease table without its generation: %v; want ErrSchemaOutdated naming 0005", err)
 	}
-	add, err := store.Objects(drv.Migrations(), "0005_lease_generation.up.sql", store.DefaultOutbox, table, drv.Quote)
+	add, err := migrate.Objects(drv.Migrations(), "0005_lease_generation.up.sql", store.DefaultOutbox, table, drv.Quote)
 	must(t, err)
 	for _, o := range add {
 		_, err := sqlDB.ExecContext(ctx, o.SQL)

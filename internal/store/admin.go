@@ -2,9 +2,6 @@ package store
 
 import (
 	"context"
-	"database/sql"
-	"errors"
-	"sort"
 	"time"
 )
 
@@ -94,93 +91,4 @@ type Admin interface {
 	// ago (by the database's clock) and returns how many. It never touches
 	// pending or published events.
 	PurgeDead(ctx context.Context, db DB, olderThan time.Duration, limit int) (int64, error)
-}
-
-// InTx runs f in a transaction begun on db with opts, committed when f
-// returns nil and rolled back otherwise.
-func InTx(ctx context.Context, db DB, opts *sql.TxOptions, f func(tx Execer) error) error {
-	tx, err := db.BeginTx(ctx, opts)
-	if err != nil {
-		return err
-	}
-	if err := f(tx); err != nil {
-		_ = tx.Rollback()
-		return err
-	}
-	return tx.Commit()
-}
-
-// errNotAll rolls back a RequeueEach transaction in which some id was not a
-// dead event.
-var errNotAll = errors.New("not every id is a dead event")
-
-// RequeueEach is RequeueIDs on top of a driver's requeue of one id in a
-// transaction: in one transaction begun on db with opts, each id requeued;
-// when some id is not a dead event, the transaction is rolled back and those
-// ids are returned.
-func RequeueEach(ctx context.Context, db DB, opts *sql.TxOptions, requeue func(context.Context, Execer, string) (bool, error), ids []string) ([]string, error) {
-	var notDead []string
-	err := InTx(ctx, db, opts, func(tx Execer) error {
-		for _, id := range ids {
-			ok, err := requeue(ctx, tx, id)
-			if err != nil {
-				return err
-			}
-			if !ok {
-				notDead = append(notDead, id)
-			}
-		}
-		if len(notDead) > 0 {
-			return errNotAll
-		}
-		return nil
-	})
-	if errors.Is(err, errNotAll) {
-		return notDead, nil
-	}
-	return nil, err
-}
-
-// ScanTopics runs topics, whose rows are (topic, pending, failing, dead, age
-// of the oldest pending event in microseconds or NULL), then published, whose
-// rows are (topic, events published within the last minute), and returns the
-// figures of every topic either names, in topic order.
-func ScanTopics(ctx context.Context, x Execer, topics, published string) ([]TopicStats, error) {
-	stats, err := Collect(ctx, x, topics, nil, func(rows *sql.Rows) (*TopicStats, error) {
-		var (
-			s   TopicStats
-			age sql.NullInt64
-		)
-		err := rows.Scan(&s.Topic, &s.Pending, &s.Failing, &s.Dead, &age)
-		s.OldestPending = time.Duration(age.Int64) * time.Microsecond
-		return &s, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	pub, err := Collect(ctx, x, published, nil, func(rows *sql.Rows) (TopicStats, error) {
-		var s TopicStats
-		err := rows.Scan(&s.Topic, &s.PublishedLastMinute)
-		return s, err
-	})
-	if err != nil {
-		return nil, err
-	}
-	byTopic := make(map[string]*TopicStats, len(stats))
-	for _, s := range stats {
-		byTopic[s.Topic] = s
-	}
-	for _, p := range pub {
-		if s := byTopic[p.Topic]; s != nil {
-			s.PublishedLastMinute = p.PublishedLastMinute
-		} else {
-			byTopic[p.Topic] = &p
-		}
-	}
-	out := make([]TopicStats, 0, len(byTopic))
-	for _, s := range byTopic {
-		out = append(out, *s)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
-	return out, nil
 }

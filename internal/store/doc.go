@@ -1,7 +1,14 @@
 // Package store is Herald's storage seam: every statement the write path, the
 // relay and the inbox send to a database goes through the interfaces here, and
 // each database has one implementation holding all of its SQL (packages
-// postgres, sqlite and mysql below this one). The implementation is picked from
+// postgres, sqlite and mysql below this one). This package is the contract
+// alone: the interfaces, the types they take and return, the errors, the
+// capabilities and the default names. What the drivers share to implement it
+// (running a query, the marks of a batch, the heartbeat statements' calls) is
+// package sqlkit, their toolkit; the migration engine (reading the migration
+// files, applying them, Herald's own creation and check of its tables) is
+// package migrate, which the drivers, package migrations and the herald
+// command use. The implementation is picked from
 // the *gorm.DB's dialector (package drivers). The driver-level suite
 // (package drivertest) calls each driver's methods directly, and the
 // conformance suite (internal/conformance, above every package it tests)
@@ -52,9 +59,10 @@
 // A fourth database is one new folder here and a line in package drivers:
 //
 //   - internal/store/<db>/: a Driver (Outbox, Inbox, Relay with its Claim and
-//     Batch, Admin, Leases, Waker or NoWaker, WALOutbox or ErrNotSupported),
-//     its numbered migrations (migrations/NNNN_name.up.sql and .down.sql,
-//     append-only, with the "-- herald:" comments migrate.go reads), and a
+//     Batch, Admin, Leases, Heartbeats, Waker or sqlkit.NoWaker, WALOutbox or
+//     ErrNotSupported), in the files named above, its numbered migrations
+//     (migrations/NNNN_name.up.sql and .down.sql, append-only, with the
+//     "-- herald:" comments package migrate reads), and a
 //     driver_test.go that runs drivertest.Run with a harness opening an
 //     isolated database;
 //   - internal/drivers: the driver in the list of supported databases (and,

@@ -6,7 +6,7 @@ package store
 const (
 	// DefaultOutbox is the outbox table's default name, the one the
 	// migration files use: a table configured under another name gets the
-	// same statements with its names put in (Render).
+	// same statements with its names put in (migrate.Render).
 	DefaultOutbox = "outbox_messages"
 	// DefaultInbox is the inbox table's default name, the one the migration
 	// files use.
@@ -14,7 +14,8 @@ const (
 	// DefaultChannel is the default PostgreSQL LISTEN/NOTIFY channel that
 	// wakes the relays.
 	DefaultChannel = "herald_outbox"
-	// MigrationsTable is the table Migrate records applied versions in.
+	// MigrationsTable is the table migrate.Migrate records applied versions
+	// in.
 	MigrationsTable = "herald_schema_migrations"
 	// DefaultWALPrefix is the default prefix of the log's messages that
 	// hold the events of the outbox kept in the WAL: what the outbox hook

@@ -4,24 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
-	"io/fs"
-	"strconv"
 	"strings"
 	"time"
-
-	"github.com/heraldgo/herald/internal/ident"
 )
-
-// Key names a claimed row to mark: its ID, its Seq as claimed, and the
-// claim's Lease (0: none). A mark of a key with a lease changes the row only
-// while the row still holds that lease: once it ended and another relay
-// claimed the row again, the mark of the first claim changes nothing.
-type Key struct {
-	ID    string
-	Seq   int64
-	Lease int64
-}
 
 // Lease is a partition lease of ordered mode as its holder took it: the
 // partition and the generation the lease table gave it, bumped at every
@@ -29,14 +14,6 @@ type Key struct {
 type Lease struct {
 	Partition  int
 	Generation int64
-}
-
-// ScanLease reads a lease: its partition, then its generation (the rows of
-// Renew and Acquire).
-func ScanLease(rows *sql.Rows) (Lease, error) {
-	var l Lease
-	err := rows.Scan(&l.Partition, &l.Generation)
-	return l, err
 }
 
 // Fence is what the writes of an ordered batch are fenced by: the partition
@@ -52,125 +29,17 @@ type Fence struct {
 	Leases     []Lease
 }
 
-// Parts returns the fence's partitions and generations, index by index.
-func (f *Fence) Parts() (parts []int32, gens []int64) {
-	parts, gens = make([]int32, len(f.Leases)), make([]int64, len(f.Leases))
-	for i, l := range f.Leases {
-		parts[i], gens[i] = int32(l.Partition), l.Generation
-	}
-	return parts, gens
-}
-
-// JSON returns the fence's leases as a JSON array of [partition, generation]
-// pairs (for drivers that read their arguments with JSON functions).
-func (f *Fence) JSON() string {
-	b := append(make([]byte, 0, 2+len(f.Leases)*12), '[')
-	for i, l := range f.Leases {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '[')
-		b = strconv.AppendInt(b, int64(l.Partition), 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, l.Generation, 10)
-		b = append(b, ']')
-	}
-	return string(append(b, ']'))
-}
-
 // ErrLeaseLost is returned (wrapped) by a fenced write when a lease of its
 // fence is no longer the instance's under that generation: the instance was
 // paused past it (or its clock ran slow) and another took the partition over.
 // The rows of the lost partitions were left alone; the batch is over.
 var ErrLeaseLost = errors.New("partition lease lost to another instance")
 
-// CheckFence returns ErrLeaseLost, naming how many leases were lost, when a
-// fenced statement found fewer than all of f's leases held.
-func CheckFence(f *Fence, held int) error {
-	if f != nil && held < len(f.Leases) {
-		return fmt.Errorf("%w: %d of %d partitions", ErrLeaseLost, len(f.Leases)-held, len(f.Leases))
-	}
-	return nil
-}
-
-// IDs returns the keys' ids.
-func IDs(keys []Key) []string {
-	ids := make([]string, len(keys))
-	for i, k := range keys {
-		ids[i] = k.ID
-	}
-	return ids
-}
-
-// ExecSeqs runs q with one argument, the keys' seqs as a JSON array (the marks
-// of drivers that find rows by seq); nothing for no keys.
-func ExecSeqs(ctx context.Context, x Execer, q string, keys []Key) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	seqs, err := SeqsJSON(keys)
-	if err != nil {
-		return err
-	}
-	_, err = x.ExecContext(ctx, q, seqs)
-	return err
-}
-
-// ExecSeqLeases runs q with one argument, the keys' [seq, lease] pairs as a
-// JSON array (the marks of drivers that find rows by seq and fence them by
-// the claim's lease); nothing for no keys.
-func ExecSeqLeases(ctx context.Context, x Execer, q string, keys []Key) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	b := append(make([]byte, 0, 2+len(keys)*24), '[')
-	for i, k := range keys {
-		if k.Seq <= 0 {
-			return fmt.Errorf("event %s claimed without its seq", k.ID)
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '[')
-		b = strconv.AppendInt(b, k.Seq, 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, k.Lease, 10)
-		b = append(b, ']')
-	}
-	_, err := x.ExecContext(ctx, q, string(append(b, ']')))
-	return err
-}
-
-// SeqsJSON returns the keys' seqs as a JSON array, or an error when a key has
-// none.
-func SeqsJSON(keys []Key) (string, error) {
-	seqs := make([]int64, len(keys))
-	for i, k := range keys {
-		if k.Seq <= 0 {
-			return "", fmt.Errorf("event %s claimed without its seq", k.ID)
-		}
-		seqs[i] = k.Seq
-	}
-	return JSONInts(seqs), nil
-}
-
-// JSONInts returns xs as a JSON array.
-func JSONInts(xs []int64) string {
-	b := append(make([]byte, 0, 2+len(xs)*8), '[')
-	for i, x := range xs {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, x, 10)
-	}
-	return string(append(b, ']'))
-}
-
 // Failure is a failed publish to record: an attempt, a strike when confirmed,
 // and either death or a retry after Delay (from the database's clock).
 type Failure struct {
 	ID     string
-	Lease  int64  // the claim's lease (Key.Lease): 0 for none
+	Lease  int64  // the claim's lease (Row.Lease): 0 for none
 	Err    string // stored as last_error (valid UTF-8)
 	Strike bool
 	Dead   bool
@@ -323,101 +192,4 @@ type Waker interface {
 	Listen(ctx context.Context, db *sql.DB, channel string, wake func()) error
 	// Notify sends one notification on channel.
 	Notify(ctx context.Context, db *sql.DB, channel string) error
-}
-
-// relayNeeds reports whether o is one of the relay's additions to the outbox
-// (by its name: the lease and instance tables and what is on them, the claim,
-// dead and retention indexes) and whether a relay in this mode needs it: the
-// lease and instance tables and the claim indexes in ordered mode, the
-// processed index with retention, the dead index always.
-func relayNeeds(o Object, ordered, retention bool) (relay, need bool) {
-	name := string(o.Name.Name)
-	switch {
-	case strings.HasSuffix(name, "_leases"), strings.HasSuffix(name, "_relays"), strings.HasSuffix(name, "_ordered_idx"), strings.HasSuffix(name, "_aggregate_idx"):
-		return true, ordered
-	case strings.HasSuffix(name, "_processed_idx"):
-		return true, retention
-	case strings.HasSuffix(name, "_dead_idx"):
-		return true, true
-	}
-	return false, false
-}
-
-// OutboxObjects are the objects of the migrations in fsys on the outbox t and
-// the tables derived from it that are not the relay's: what the write path
-// needs (in PostgreSQL's partitioned set, the partitioned table).
-func OutboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]Object, error) {
-	return filterObjects(fsys, DefaultOutbox, t, quote, func(o Object) bool {
-		relay, _ := relayNeeds(o, false, false)
-		return !relay
-	})
-}
-
-// RelayObjects are the relay's additions to the outbox t in the migrations in
-// fsys that a relay in this mode needs.
-func RelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string, ordered, retention bool) ([]Object, error) {
-	return filterObjects(fsys, DefaultOutbox, t, quote, func(o Object) bool {
-		relay, need := relayNeeds(o, ordered, retention)
-		return relay && need
-	})
-}
-
-// InboxObjects are the objects of the migrations in fsys on the inbox t.
-func InboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]Object, error) {
-	return filterObjects(fsys, DefaultInbox, t, quote, func(Object) bool { return true })
-}
-
-func filterObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table) string, keep func(Object) bool) ([]Object, error) {
-	objs, err := SchemaObjects(fsys, def, t, quote)
-	if err != nil {
-		return nil, err
-	}
-	out := objs[:0]
-	for _, o := range objs {
-		if keep(o) {
-			out = append(out, o)
-		}
-	}
-	return out, nil
-}
-
-// NoWaker is the Waker of a database without Listen: its methods return
-// ErrNotSupported.
-type NoWaker struct{}
-
-// Listen returns ErrNotSupported.
-func (NoWaker) Listen(context.Context, *sql.DB, string, func()) error {
-	return fmt.Errorf("listen: %w", ErrNotSupported)
-}
-
-// Notify returns ErrNotSupported.
-func (NoWaker) Notify(context.Context, *sql.DB, string) error {
-	return fmt.Errorf("notify: %w", ErrNotSupported)
-}
-
-// Unpositioned is embedded by the Relay of a database without Position or
-// Partitions: its methods say so.
-type Unpositioned struct{}
-
-// Sweep returns ErrNotSupported (no Position).
-func (Unpositioned) Sweep(context.Context, Execer, int, []int32) (int, error) {
-	return 0, fmt.Errorf("sweep: %w", ErrNotSupported)
-}
-
-// CreatePartitioned returns ErrNotSupported (no Partitions).
-func (Unpositioned) CreatePartitioned(context.Context, Execer) error {
-	return fmt.Errorf("partitions: %w", ErrNotSupported)
-}
-
-// Partitioned returns false (no Partitions).
-func (Unpositioned) Partitioned(context.Context, Execer) (bool, error) { return false, nil }
-
-// MaintainPartitions returns ErrNotSupported (no Partitions).
-func (Unpositioned) MaintainPartitions(context.Context, *sql.DB, time.Duration, time.Duration) (int, int, error) {
-	return 0, 0, fmt.Errorf("partitions: %w", ErrNotSupported)
-}
-
-// CleanupDefault returns ErrNotSupported (no Partitions).
-func (Unpositioned) CleanupDefault(context.Context, *sql.DB, time.Duration, int) (int64, error) {
-	return 0, fmt.Errorf("partitions: %w", ErrNotSupported)
 }

@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"io/fs"
-	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -105,6 +104,9 @@ type Driver interface {
 	Relay(t ident.Table) Relay
 	// Admin returns the operations the people on call run on the outbox table t.
 	Admin(t ident.Table) Admin
+	// Heartbeats returns what the database knows of the relays of the outbox
+	// table t: their instance rows, the partition leases, the due backlog.
+	Heartbeats(t ident.Table) Heartbeats
 	// Waker returns the cross-process wake-ups (Listen).
 	Waker() Waker
 	// WALOutbox returns an Outbox whose Insert writes each event as a
@@ -157,7 +159,7 @@ type Row struct {
 	Attempts, Strikes int
 	// Lease is the claim's own lease on the row where the claim leased it
 	// (SQLite: the available_at it set); 0 otherwise. The marks of the
-	// claim check it (see Key).
+	// claim check it.
 	Lease     int64
 	LastError string
 	DeadAt    time.Time
@@ -234,23 +236,4 @@ type Inbox interface {
 	// Cleanup deletes up to limit rows processed before olderThan ago, unless
 	// another instance is cleaning, and returns how many.
 	Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)
-}
-
-// LockBuckets is how many rows an aggregate locks table holds (made by the
-// migrations, MySQL's and PostgreSQL's): aggregates are hashed into them, and
-// two aggregates in one bucket serialize their writers, harmlessly. A
-// transaction then holds row locks, which cost no entry in the database's
-// lock table (PostgreSQL keeps them in the rows), however many aggregates it
-// writes.
-const LockBuckets = 1 << 16
-
-// Buckets maps aggregate lock keys to their rows of the locks table, sorted
-// and without repeats: the order writers lock them in.
-func Buckets(keys []int64) []int64 {
-	b := make([]int64, len(keys))
-	for i, k := range keys {
-		b[i] = int64(uint64(k) % LockBuckets)
-	}
-	slices.Sort(b)
-	return slices.Compact(b)
 }

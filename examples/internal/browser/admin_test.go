@@ -28,7 +28,6 @@ import (
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/pgtest"
-	"github.com/heraldgo/herald/internal/store"
 	sqlitestore "github.com/heraldgo/herald/internal/store/sqlite"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
@@ -296,7 +295,7 @@ func seedPage(t *testing.T) (string, []testkit.Row) {
 		testkit.Must(t, db.Exec(`UPDATE outbox_messages SET `+set+` WHERE id = ?`, append(args, rows[i].ID.String())...).Error)
 	}
 	// A relay that stopped: its heartbeat row, three minutes old.
-	hb := store.HeartbeatsOf(sqlitestore.Driver{}, ident.MustTable("outbox_messages"))
+	hb := sqlitestore.Driver{}.Heartbeats(ident.MustTable("outbox_messages"))
 	ctx := context.Background()
 	sqlDB, err := db.DB()
 	testkit.Must(t, err)

@@ -20,7 +20,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/inbox"
-	"github.com/heraldgo/herald/internal/store"
+	storemigrate "github.com/heraldgo/herald/internal/store/migrate"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
@@ -182,7 +182,7 @@ func TestMigrate(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		db := d.OpenNew(t, nil)
 		ctx := context.Background()
-		migs, err := store.Migrations(dialectFS(d.Name))
+		migs, err := storemigrate.Migrations(dialectFS(d.Name))
 		testkit.Must(t, err)
 		done, err := migrations.Migrate(ctx, db)
 		testkit.Must(t, err)
@@ -209,7 +209,7 @@ func TestMigrationFiles(t *testing.T) {
 		fsys := dialectFS(name)
 		files, err := fs.Glob(fsys, "*.sql")
 		testkit.Must(t, err)
-		migs, err := store.Migrations(fsys) // refuses an up without its down
+		migs, err := storemigrate.Migrations(fsys) // refuses an up without its down
 		testkit.Must(t, err)
 		if len(migs) < 4 || len(files) != 2*len(migs) || migs[len(migs)-1].Version != int64(len(migs)) {
 			t.Fatalf("%s: %d files, %d migrations: want up/down pairs numbered 1 to n", name, len(files), len(migs))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
@@ -163,7 +164,7 @@ func testOutboxLockAggregates(t tb.TB, e *env) {
 	}
 	locked := make(chan lockedAt, 2)
 	go func() {
-		err := store.InTx(e.ctx, e.db, e.drv.LockingTx(), func(tx store.Execer) error {
+		err := sqlkit.InTx(e.ctx, e.db, e.drv.LockingTx(), func(tx store.Execer) error {
 			if err := e.out.LockAggregates(e.ctx, tx, []int64{42}); err != nil {
 				return err
 			}

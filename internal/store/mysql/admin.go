@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Admin returns the operations the people on call run on the outbox table t.
@@ -54,12 +55,12 @@ GROUP BY o.type, COALESCE(o.last_error, '') ORDER BY COUNT(*) DESC, o.type, COAL
 }
 
 func (a *admin) Topics(ctx context.Context, x store.Execer) ([]store.TopicStats, error) {
-	return store.ScanTopics(ctx, x, a.q.topics, a.q.published)
+	return sqlkit.ScanTopics(ctx, x, a.q.topics, a.q.published)
 }
 
 func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, error) {
 	var ok bool
-	err := store.QueryRow(ctx, x, a.q.retains, nil, &ok)
+	err := sqlkit.QueryRow(ctx, x, a.q.retains, nil, &ok)
 	return ok, err
 }
 
@@ -84,7 +85,7 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 	if len(where) > 0 {
 		cond = "AND " + strings.Join(where, " AND ")
 	}
-	return store.Collect(ctx, x, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit), scanDead)
+	return sqlkit.Collect(ctx, x, strings.Replace(a.q.findDead, "{where}", cond, 1), append(args, limit), scanDead)
 }
 
 // failing returns q (findFailing or failingGroups) for f and limit, and its
@@ -99,7 +100,7 @@ func (a *admin) failing(q string, f store.FailingFilter, limit int) (string, []a
 
 func (a *admin) FindFailing(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.Row, error) {
 	q, args := a.failing(a.q.findFailing, f, limit)
-	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var (
 			lastErr        sql.NullString
 			failedAt, next any
@@ -119,7 +120,7 @@ func (a *admin) FindFailing(ctx context.Context, x store.Execer, f store.Failing
 
 func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.FailureGroup, error) {
 	q, args := a.failing(a.q.failingGroups, f, limit)
-	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.FailureGroup, error) {
+	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.FailureGroup, error) {
 		var (
 			g              store.FailureGroup
 			next, failedAt any
@@ -137,13 +138,13 @@ func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.Faili
 }
 
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
-	return store.RequeueEach(ctx, db, readCommitted, a.rel.requeue, ids)
+	return sqlkit.RequeueEach(ctx, db, readCommitted, a.rel.requeue, ids)
 }
 
 func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {
 	var n int64
-	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
-		seqs, err := store.Column[int64](ctx, tx, a.q.deadOfType, typ)
+	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+		seqs, err := sqlkit.Column[int64](ctx, tx, a.q.deadOfType, typ)
 		if err != nil {
 			return err
 		}
@@ -159,8 +160,8 @@ func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
 
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
 	var n int64
-	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
-		seqs, err := store.Column[int64](ctx, tx, a.q.deadBefore, olderThan.Microseconds(), limit)
+	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+		seqs, err := sqlkit.Column[int64](ctx, tx, a.q.deadBefore, olderThan.Microseconds(), limit)
 		if err != nil {
 			return err
 		}

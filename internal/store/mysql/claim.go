@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Claim claims a batch. Unordered: the due rows locked (FOR UPDATE SKIP
@@ -20,7 +21,7 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 		if err != nil {
 			return nil, err
 		}
-		return batch{store.NewMarks(r, p, db, readCommitted, nil, rows)}, nil
+		return batch{sqlkit.NewMarks(r, p, db, readCommitted, nil, rows)}, nil
 	}
 	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
@@ -31,7 +32,7 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 		_ = tx.Rollback()
 		return nil, err
 	}
-	return batch{store.NewMarks(r, p, db, readCommitted, tx, rows)}, nil
+	return batch{sqlkit.NewMarks(r, p, db, readCommitted, tx, rows)}, nil
 }
 
 func scanClaimed(rows *sql.Rows, extra ...any) (store.Row, error) {
@@ -52,7 +53,7 @@ func scanClaimed(rows *sql.Rows, extra ...any) (store.Row, error) {
 }
 
 func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Row, error) {
-	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) { return scanClaimed(rows) })
+	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) { return scanClaimed(rows) })
 }
 
 // claimLocked claims up to limit due events in tx, locking them and skipping

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock
@@ -19,8 +20,8 @@ func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration
 // returns how many rows it deleted.
 func cleanup(ctx context.Context, db *sql.DB, q string, olderThan time.Duration, limit int) (int64, error) {
 	var n int64
-	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) (err error) {
-		n, err = store.Affected(ctx, tx, q, olderThan.Microseconds(), limit)
+	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) (err error) {
+		n, err = sqlkit.Affected(ctx, tx, q, olderThan.Microseconds(), limit)
 		return err
 	})
 	return n, err

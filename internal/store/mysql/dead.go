@@ -6,17 +6,18 @@ import (
 	"errors"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.Row, error) {
-	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
+	return sqlkit.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
 // Requeue requeues id at READ COMMITTED, passing over rows relays claimed
 // instead of waiting for them.
 func (r *relay) Requeue(ctx context.Context, db store.DB, id string) (bool, error) {
 	var ok bool
-	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
 		var err error
 		ok, err = r.requeue(ctx, tx, id)
 		return err
@@ -27,12 +28,12 @@ func (r *relay) Requeue(ctx context.Context, db store.DB, id string) (bool, erro
 // requeue requeues the dead event id in x's transaction.
 func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
 	var seq int64
-	if err := store.QueryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
+	if err := sqlkit.QueryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	} else if err != nil {
 		return false, err
 	}
-	n, err := store.Affected(ctx, x, r.q.requeue, seq)
+	n, err := sqlkit.Affected(ctx, x, r.q.requeue, seq)
 	return n > 0, err
 }
 
@@ -40,9 +41,9 @@ func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, e
 // found by a read that locks nothing, then changed by the primary key.
 func (r *relay) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
 	var n int64
-	err := store.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
 		var err error
-		seqs, err := store.Column[int64](ctx, tx, r.q.deadSeqs)
+		seqs, err := sqlkit.Column[int64](ctx, tx, r.q.deadSeqs)
 		if err != nil {
 			return err
 		}

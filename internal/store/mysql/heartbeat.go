@@ -3,12 +3,13 @@ package mysql
 import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Heartbeats returns what the database knows of the relays of the outbox t.
 func (Driver) Heartbeats(t ident.Table) store.Heartbeats {
 	lt, rt := Quote(t.Derived("_leases")), Quote(t.Derived("_relays"))
-	return store.HeartbeatSQL{
+	return sqlkit.HeartbeatSQL{
 		Create: `CREATE TABLE IF NOT EXISTS ` + rt + ` (
     instance VARCHAR(255) NOT NULL PRIMARY KEY,
     seen_at  DATETIME(6)  NOT NULL

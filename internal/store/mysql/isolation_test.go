@@ -8,6 +8,7 @@ import (
 	"github.com/heraldgo/herald/internal/mysqltest"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/mysql"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // The relay's locking transactions run at READ COMMITTED on a connection
@@ -37,15 +38,15 @@ func TestLockingTxIsolation(t *testing.T) {
 	seesNewCommits := func(opts *sql.TxOptions) bool {
 		t.Helper()
 		var before, after int
-		err := store.InTx(ctx, conn, opts, func(tx store.Execer) error {
-			if err := store.QueryRow(ctx, tx, `SELECT COUNT(*) FROM t`, nil, &before); err != nil {
+		err := sqlkit.InTx(ctx, conn, opts, func(tx store.Execer) error {
+			if err := sqlkit.QueryRow(ctx, tx, `SELECT COUNT(*) FROM t`, nil, &before); err != nil {
 				return err
 			}
 			key++
 			if _, err := sqlDB.ExecContext(ctx, `INSERT INTO t (k) VALUES (?)`, key); err != nil { // another session
 				return err
 			}
-			return store.QueryRow(ctx, tx, `SELECT COUNT(*) FROM t`, nil, &after)
+			return sqlkit.QueryRow(ctx, tx, `SELECT COUNT(*) FROM t`, nil, &after)
 		})
 		if err != nil {
 			t.Fatal(err)

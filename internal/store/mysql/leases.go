@@ -7,6 +7,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Leases() store.Leases { return r.leases }
@@ -38,7 +39,7 @@ ON DUPLICATE KEY UPDATE seen_at = `+Now, instance)
 
 func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) (int, error) {
 	var n int
-	err := store.QueryRow(ctx, x, `SELECT COUNT(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - INTERVAL ? MICROSECOND`, []any{within.Microseconds()}, &n)
+	err := sqlkit.QueryRow(ctx, x, `SELECT COUNT(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - INTERVAL ? MICROSECOND`, []any{within.Microseconds()}, &n)
 	return n, err
 }
 
@@ -48,7 +49,7 @@ func (l leases) Renew(ctx context.Context, x store.Execer, instance string, leas
 		lease.Microseconds(), instance); err != nil {
 		return nil, err
 	}
-	return store.Collect(ctx, x, "SELECT `partition`, generation FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, []any{instance}, store.ScanLease)
+	return sqlkit.Collect(ctx, x, "SELECT `partition`, generation FROM "+l.t+" WHERE owner = ? AND expires_at > "+Now, []any{instance}, sqlkit.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -69,7 +70,7 @@ func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
-	got, err := store.Column[int](ctx, tx, "SELECT `partition` FROM "+l.t+" WHERE expires_at <= "+Now+" AND `partition` < ? ORDER BY `partition` LIMIT ? FOR UPDATE SKIP LOCKED",
+	got, err := sqlkit.Column[int](ctx, tx, "SELECT `partition` FROM "+l.t+" WHERE expires_at <= "+Now+" AND `partition` < ? ORDER BY `partition` LIMIT ? FOR UPDATE SKIP LOCKED",
 		partitions, n)
 	if err != nil || len(got) == 0 {
 		return nil, err
@@ -79,7 +80,7 @@ func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease
 		append([]any{instance, lease.Microseconds()}, anys(got)...)...); err != nil {
 		return nil, err
 	}
-	out, err := store.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, anys(got), store.ScanLease)
+	out, err := sqlkit.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, anys(got), sqlkit.ScanLease)
 	if err != nil {
 		return nil, err
 	}

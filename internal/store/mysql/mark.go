@@ -6,34 +6,35 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // MarkPublished deletes published events, or with keep stamps them
 // processed; with a fence, a row only while its partition's lease is the
 // fence's (else ErrLeaseLost, after marking the rows of the partitions still
 // held).
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []sqlkit.Key, keep bool, fence *store.Fence) error {
 	q := r.q.markDelete
 	if keep {
 		q = r.q.markProcessed
 	}
 	if fence == nil || len(keys) == 0 {
-		return store.ExecSeqs(ctx, x, q[0], keys)
+		return sqlkit.ExecSeqs(ctx, x, q[0], keys)
 	}
 	// Every lease held, and share-locked until the marks commit: no
 	// take-over can come between, and the plain mark is fenced as it is.
 	lost := r.held(ctx, x, fence)
 	if lost == nil {
-		return store.ExecSeqs(ctx, x, q[0], keys)
+		return sqlkit.ExecSeqs(ctx, x, q[0], keys)
 	}
 	if !errors.Is(lost, store.ErrLeaseLost) {
 		return lost
 	}
-	seqs, err := store.SeqsJSON(keys)
+	seqs, err := sqlkit.SeqsJSON(keys)
 	if err != nil {
 		return err
 	}
-	if _, err := x.ExecContext(ctx, q[1], seqs, fence.Partitions, fence.Instance, fence.JSON()); err != nil {
+	if _, err := x.ExecContext(ctx, q[1], seqs, fence.Partitions, fence.Instance, sqlkit.FenceJSON(fence)); err != nil {
 		return err
 	}
 	return lost
@@ -45,10 +46,10 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 // some is not.
 func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) error {
 	var n int
-	if err := store.QueryRow(ctx, x, r.q.fenceHeld, []any{fence.JSON(), fence.Instance}, &n); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q.fenceHeld, []any{sqlkit.FenceJSON(fence), fence.Instance}, &n); err != nil {
 		return err
 	}
-	return store.CheckFence(fence, n)
+	return sqlkit.CheckFence(fence, n)
 }
 
 // MarkFailed records failures, fenced as MarkPublished is, and returns the
@@ -57,7 +58,7 @@ func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) er
 func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failure, fence *store.Fence) (time.Time, error) {
 	// The time read first is at or before the marks' own.
 	var raw any
-	if err := store.QueryRow(ctx, x, `SELECT `+Now, nil, &raw); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, `SELECT `+Now, nil, &raw); err != nil {
 		return time.Time{}, err
 	}
 	now, err := parseTime(raw)
@@ -76,7 +77,7 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 		} else if !errors.Is(lost, store.ErrLeaseLost) {
 			return now, lost
 		} else {
-			fenceJSON = fence.JSON()
+			fenceJSON = sqlkit.FenceJSON(fence)
 		}
 	}
 	for _, f := range fs {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Outbox returns the operations on the outbox table t.
@@ -89,7 +90,7 @@ func (o *outbox) insert(ctx context.Context, x store.Execer, evs []store.Row) (i
 		args = append(args, e.ID, e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic,
 			string(e.Payload), string(e.Metadata), e.OccurredAt.UTC())
 	}
-	return store.Affected(ctx, x, b.String(), args...)
+	return sqlkit.Affected(ctx, x, b.String(), args...)
 }
 
 // IsDuplicate reports whether err is MySQL's duplicate key error (1062).
@@ -121,10 +122,10 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 
 // Present returns which of ids have a row x sees.
 func (o *outbox) Present(ctx context.Context, x store.Execer, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
-	return store.FoundIn(ctx, x, `SELECT id FROM `+Quote(o.t)+` WHERE id IN `, ids)
+	return sqlkit.FoundIn(ctx, x, `SELECT id FROM `+Quote(o.t)+` WHERE id IN `, ids)
 }
 
-// LockAggregates locks each key's row of the locks table (store.Buckets), in ascending order,
+// LockAggregates locks each key's row of the locks table (sqlkit.Buckets), in ascending order,
 // with SELECT ... FOR UPDATE: a record lock on an existing row (no gap lock,
 // unlike an insert of a missing key), held until the transaction ends, so a
 // second writer of the aggregate waits for the first.
@@ -132,8 +133,8 @@ func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int6
 	if len(keys) == 0 {
 		return nil
 	}
-	b := store.Buckets(keys)
-	got, err := store.Column[int64](ctx, x, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+placeholders(len(b))+`) ORDER BY k FOR UPDATE`, anys(b)...)
+	b := sqlkit.Buckets(keys)
+	got, err := sqlkit.Column[int64](ctx, x, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+placeholders(len(b))+`) ORDER BY k FOR UPDATE`, anys(b)...)
 	if err != nil {
 		return err
 	}

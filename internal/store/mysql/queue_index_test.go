@@ -8,7 +8,9 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/mysqltest"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
 	"github.com/heraldgo/herald/internal/store/mysql"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // 0006_queue_index replaces the pending index of 0001. Self-creation makes
@@ -30,7 +32,7 @@ func TestQueueIndexReplacesThePendingIndex(t *testing.T) {
 	}
 	indexes := func(db *sql.DB) (queue, pending bool) {
 		t.Helper()
-		names, err := store.Column[string](ctx, db, `SELECT DISTINCT index_name FROM information_schema.statistics
+		names, err := sqlkit.Column[string](ctx, db, `SELECT DISTINCT index_name FROM information_schema.statistics
 WHERE table_schema = DATABASE() AND table_name = ?`, string(tbl.Name))
 		if err != nil {
 			t.Fatal(err)
@@ -52,7 +54,7 @@ WHERE table_schema = DATABASE() AND table_name = ?`, string(tbl.Name))
 	}
 
 	old := open()
-	first, err := store.Objects(drv.Migrations(), "0001_outbox_messages.up.sql", store.DefaultOutbox, tbl, mysql.Quote)
+	first, err := migrate.Objects(drv.Migrations(), "0001_outbox_messages.up.sql", store.DefaultOutbox, tbl, mysql.Quote)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +77,7 @@ WHERE table_schema = DATABASE() AND table_name = ?`, string(tbl.Name))
 	if err := drv.Outbox(tbl).Check(ctx, old); err != nil {
 		t.Fatalf("check of an outbox made before 0006: %v", err)
 	}
-	if _, err := store.Migrate(ctx, old, drv); err != nil {
+	if _, err := migrate.Migrate(ctx, old, drv); err != nil {
 		t.Fatal(err)
 	}
 	if q, p := indexes(old); !q || p {

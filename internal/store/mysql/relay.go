@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Relay returns the relay's operations on the outbox table t.
@@ -43,9 +44,9 @@ const bySeq = `JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS k STRAIGHT
 const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
 
 type relay struct {
-	store.Unpositioned // no claim position, no partitions
-	t                  ident.Table
-	q                  struct {
+	sqlkit.Unpositioned // no claim position, no partitions
+	t                   ident.Table
+	q                   struct {
 		claimLocked, claimOrdered, stats, dead, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
 		// by fencing: [none, the partition leases]
 		markProcessed, markDelete, markFailed, recoverOutage [2]string
@@ -147,7 +148,7 @@ func bySeqs(ctx context.Context, x store.Execer, q string, seqs []int64, more ..
 	for len(seqs) > 0 {
 		chunk := seqs[:min(len(seqs), 1000)]
 		seqs = seqs[len(chunk):]
-		n, err := store.Affected(ctx, x, q, append([]any{store.JSONInts(chunk)}, more...)...)
+		n, err := sqlkit.Affected(ctx, x, q, append([]any{sqlkit.JSONInts(chunk)}, more...)...)
 		if err != nil {
 			return total, err
 		}

@@ -7,6 +7,8 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 //go:embed migrations/*.sql
@@ -47,7 +49,7 @@ func exists(ctx context.Context, x store.Execer, n ident.Table, index bool, on i
 		q = `SELECT 1 FROM information_schema.statistics WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?`
 		args = []any{schema, string(on.Name), string(n.Name)}
 	}
-	return store.Found(ctx, x, q, args...)
+	return sqlkit.Found(ctx, x, q, args...)
 }
 
 // ObjectExists reports whether what the migration statement o makes exists.
@@ -62,10 +64,10 @@ func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, er
 		if o.Name.Schema != "" {
 			schema = string(o.Name.Schema)
 		}
-		return store.Found(ctx, x, `SELECT 1 FROM information_schema.columns
+		return sqlkit.Found(ctx, x, `SELECT 1 FROM information_schema.columns
 WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`, schema, string(o.Name.Name), o.Column)
 	case store.KindStep:
-		return store.Found(ctx, x, o.Check)
+		return sqlkit.Found(ctx, x, o.Check)
 	case store.KindIndex:
 		return exists(ctx, x, o.Name, true, o.On)
 	}
@@ -74,4 +76,4 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name 
 
 // schema is what Herald creates and checks from the migrations (MySQL's
 // CREATE INDEX has no IF NOT EXISTS: each object is looked up first).
-var schema = store.Schema{FS: Migrations(), Quote: Quote, Exists: objectExists}
+var schema = migrate.Schema{FS: Migrations(), Quote: Quote, Exists: objectExists}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) {
@@ -13,7 +14,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 		s   store.Stats
 		age sql.NullInt64
 	)
-	if err := store.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &age, &s.Dead); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &age, &s.Dead); err != nil {
 		return s, err
 	}
 	if age.Valid {

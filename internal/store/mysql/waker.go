@@ -2,9 +2,10 @@ package mysql
 
 import (
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
-// Waker returns store.NoWaker: MySQL has no LISTEN/NOTIFY. Relays in other
+// Waker returns sqlkit.NoWaker: MySQL has no LISTEN/NOTIFY. Relays in other
 // processes find events by polling (Config.PollInterval); within one process,
 // Notify is a relay's Wake.
-func (Driver) Waker() store.Waker { return store.NoWaker{} }
+func (Driver) Waker() store.Waker { return sqlkit.NoWaker{} }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Admin returns the operations the people on call run on the outbox table t.
@@ -53,12 +54,12 @@ AND dead_at < now() - $1::float8 * interval '1 microsecond'`)
 }
 
 func (a *admin) Topics(ctx context.Context, x store.Execer) ([]store.TopicStats, error) {
-	return store.ScanTopics(ctx, x, a.q.topics, a.q.published)
+	return sqlkit.ScanTopics(ctx, x, a.q.topics, a.q.published)
 }
 
 func (a *admin) RetainsPublished(ctx context.Context, x store.Execer) (bool, error) {
 	var ok bool
-	err := store.QueryRow(ctx, x, a.q.retains, nil, &ok)
+	err := sqlkit.QueryRow(ctx, x, a.q.retains, nil, &ok)
 	return ok, err
 }
 
@@ -85,7 +86,7 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 		cond = "AND " + strings.Join(where, " AND ")
 	}
 	q := strings.NewReplacer("{where}", cond, "{limit}", arg(limit)).Replace(a.q.findDead)
-	return store.Collect(ctx, x, q, args, scanDead)
+	return sqlkit.Collect(ctx, x, q, args, scanDead)
 }
 
 // failing returns q (findFailing or failingGroups) for f and limit, and its
@@ -101,7 +102,7 @@ func (a *admin) failing(q string, f store.FailingFilter, limit int) (string, []a
 
 func (a *admin) FindFailing(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.Row, error) {
 	q, args := a.failing(a.q.findFailing, f, limit)
-	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var (
 			lastErr  sql.NullString
 			failedAt sql.NullTime
@@ -115,7 +116,7 @@ func (a *admin) FindFailing(ctx context.Context, x store.Execer, f store.Failing
 
 func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.FailingFilter, limit int) ([]store.FailureGroup, error) {
 	q, args := a.failing(a.q.failingGroups, f, limit)
-	return store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.FailureGroup, error) {
+	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.FailureGroup, error) {
 		var (
 			g        store.FailureGroup
 			failedAt sql.NullTime
@@ -127,11 +128,11 @@ func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.Faili
 }
 
 func (a *admin) RequeueIDs(ctx context.Context, db store.DB, ids []string) ([]string, error) {
-	return store.RequeueEach(ctx, db, nil, a.rel.requeue, ids)
+	return sqlkit.RequeueEach(ctx, db, nil, a.rel.requeue, ids)
 }
 
 func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64, error) {
-	return store.Affected(ctx, db, a.q.requeueType, typ)
+	return sqlkit.Affected(ctx, db, a.q.requeueType, typ)
 }
 
 func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
@@ -139,5 +140,5 @@ func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
 }
 
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
-	return store.Affected(ctx, db, a.q.purge, float64(olderThan.Microseconds()), limit)
+	return sqlkit.Affected(ctx, db, a.q.purge, float64(olderThan.Microseconds()), limit)
 }

@@ -3,12 +3,12 @@ package postgres
 import (
 	"context"
 
-	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // batch is a claimed batch of PostgreSQL.
 type batch struct {
-	*store.Marks
+	*sqlkit.Marks
 	r         *relay
 	unordered bool
 }

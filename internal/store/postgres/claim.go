@@ -11,6 +11,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Claim claims a batch. Unordered: the due rows from the claim position (see
@@ -28,7 +29,7 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 		if err != nil {
 			return nil, err
 		}
-		return &batch{r: r, Marks: store.NewMarks(r, p, db, nil, nil, rows)}, nil
+		return &batch{r: r, Marks: sqlkit.NewMarks(r, p, db, nil, nil, rows)}, nil
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -39,7 +40,7 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 		_ = tx.Rollback()
 		return nil, err
 	}
-	return &batch{r: r, Marks: store.NewMarks(r, p, db, nil, tx, rows), unordered: true}, nil
+	return &batch{r: r, Marks: sqlkit.NewMarks(r, p, db, nil, tx, rows), unordered: true}, nil
 }
 
 // claimQueries are the claims' statements, and the probe's.
@@ -205,7 +206,7 @@ func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int, swe
 // position), in seq order.
 func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32, fence *store.Fence) ([]store.Row, error) {
 	if fence != nil {
-		r.pos.leased(fence.Parts())
+		r.pos.leased(sqlkit.FenceParts(fence))
 	}
 	st := r.pos.orderedStart(owned) // its clock read before the database's now: never later
 	rows, err := x.QueryContext(ctx, r.claims.ordered[btoi(st.check)], limit, partitions, owned, st.lo, st.below, st.belowAt)
@@ -271,7 +272,7 @@ func (r *relay) Sweep(ctx context.Context, x store.Execer, partitions int, owned
 	if highest <= 0 {
 		return 0, nil
 	}
-	found, err := store.Collect(ctx, x, r.claims.probe, []any{64, partitions, owned, highest, below}, func(rows *sql.Rows) (seqPart, error) {
+	found, err := sqlkit.Collect(ctx, x, r.claims.probe, []any{64, partitions, owned, highest, below}, func(rows *sql.Rows) (seqPart, error) {
 		var sp seqPart
 		err := rows.Scan(&sp.seq, &sp.part)
 		return sp, err

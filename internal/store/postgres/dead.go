@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.Row, error) {
-	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
+	return sqlkit.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
 // Requeue makes a dead event pending again in a statement of its own, then
@@ -25,13 +26,13 @@ func (r *relay) Requeue(ctx context.Context, db store.DB, id string) (bool, erro
 
 // requeue requeues the dead event id in x's transaction.
 func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
-	n, err := store.Affected(ctx, x, r.q.requeue, id)
+	n, err := sqlkit.Affected(ctx, x, r.q.requeue, id)
 	return n > 0, err
 }
 
 // RequeueAll requeues every dead event, as Requeue does.
 func (r *relay) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
-	n, err := store.Affected(ctx, db, r.q.requeueAll)
+	n, err := sqlkit.Affected(ctx, db, r.q.requeueAll)
 	if n > 0 {
 		r.pos.rewind()
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Leases() store.Leases { return r.leases }
@@ -49,12 +50,12 @@ func (l leases) Heartbeat(ctx context.Context, x store.Execer, instance string) 
 
 func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) (int, error) {
 	var n int
-	err := store.QueryRow(ctx, x, l.live, []any{ms(within)}, &n)
+	err := sqlkit.QueryRow(ctx, x, l.live, []any{ms(within)}, &n)
 	return n, err
 }
 
 func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]store.Lease, error) {
-	return store.Collect(ctx, x, l.renew, []any{instance, ms(lease)}, store.ScanLease)
+	return sqlkit.Collect(ctx, x, l.renew, []any{instance, ms(lease)}, sqlkit.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -66,7 +67,7 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 // head again (their previous owner may have left events below where this
 // instance last claimed them).
 func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
-	got, err := store.Collect(ctx, db, l.acquire, []any{instance, ms(lease), n, partitions}, store.ScanLease)
+	got, err := sqlkit.Collect(ctx, db, l.acquire, []any{instance, ms(lease), n, partitions}, sqlkit.ScanLease)
 	if len(got) > 0 {
 		l.pos.rewind()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // markQueries are the marks' statements, each by [fenced].
@@ -66,8 +67,8 @@ const planned = pgx.QueryExecModeExec
 // processed; with a fence, a row only while its partition's lease is the
 // fence's (else ErrLeaseLost, after marking the rows of the partitions still
 // held).
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
-	ids := store.IDs(keys)
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []sqlkit.Key, keep bool, fence *store.Fence) error {
+	ids := sqlkit.IDs(keys)
 	q := r.marks.delete
 	if keep {
 		q = r.marks.processed
@@ -87,12 +88,12 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 // fenced runs the fenced mark q (its arguments args, then the fence's) and
 // checks that it found every lease of the fence held.
 func (r *relay) fenced(ctx context.Context, x store.Execer, q string, fence *store.Fence, args ...any) error {
-	parts, gens := fence.Parts()
+	parts, gens := sqlkit.FenceParts(fence)
 	var held int
-	if err := store.QueryRow(ctx, x, q, append(append([]any{planned}, args...), fence.Partitions, fence.Instance, parts, gens), &held); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, q, append(append([]any{planned}, args...), fence.Partitions, fence.Instance, parts, gens), &held); err != nil {
 		return err
 	}
-	return store.CheckFence(fence, held)
+	return sqlkit.CheckFence(fence, held)
 }
 
 // MarkFailed records failures, fenced as MarkPublished is, and returns the
@@ -107,7 +108,7 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 	// The time read first is at or before the marks' own.
 	var now time.Time
 	local := r.pos.clock() // before the database's now: never later
-	if err := store.QueryRow(ctx, x, `SELECT statement_timestamp()`, nil, &now); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, `SELECT statement_timestamp()`, nil, &now); err != nil {
 		return now, err
 	}
 	// Lowered before the marks commit: a claim running meanwhile may pass

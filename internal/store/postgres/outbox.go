@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Outbox returns the operations on the outbox table t.
@@ -198,10 +199,10 @@ func (o *outbox) Present(ctx context.Context, x store.Execer, ids []uuid.UUID) (
 	for i, id := range ids {
 		s[i] = id.String()
 	}
-	return store.FoundIDs(ctx, x, `SELECT id::text FROM `+o.t.Quoted()+` WHERE id = ANY($1::uuid[])`, s)
+	return sqlkit.FoundIDs(ctx, x, `SELECT id::text FROM `+o.t.Quoted()+` WHERE id = ANY($1::uuid[])`, s)
 }
 
-// LockAggregates locks each key's row of the locks table (store.Buckets),
+// LockAggregates locks each key's row of the locks table (sqlkit.Buckets),
 // in ascending order (FOR UPDATE applies after ORDER BY), until the
 // transaction ends: a second writer of the aggregate waits for the first.
 // Row locks take no entry in the server's shared lock table, unlike an
@@ -211,8 +212,8 @@ func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int6
 	if len(keys) == 0 {
 		return nil
 	}
-	b := store.Buckets(keys)
-	n, err := store.Affected(ctx, x, o.lockQ, b)
+	b := sqlkit.Buckets(keys)
+	n, err := sqlkit.Affected(ctx, x, o.lockQ, b)
 	if err != nil {
 		if IsTableMissing(err) {
 			return fmt.Errorf("%w: %s (migration 0006): %w", store.ErrTableMissing, o.t.Derived("_locks"), err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Retention by partition drop (store.Partitions).
@@ -22,7 +23,7 @@ func (r *relay) CreatePartitioned(ctx context.Context, x store.Execer) error {
 // Partitioned reports whether the outbox is a partitioned table.
 func (r *relay) Partitioned(ctx context.Context, x store.Execer) (bool, error) {
 	var ok bool
-	err := store.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`,
+	err := sqlkit.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_partitioned_table WHERE partrelid = to_regclass($1))`,
 		[]any{r.t.Quoted()}, &ok)
 	return ok, err
 }
@@ -47,7 +48,7 @@ const partitionHoldTimeout = 500 * time.Millisecond
 
 func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error) {
 	var now time.Time
-	if err := store.QueryRow(ctx, db, `SELECT now()`, nil, &now); err != nil {
+	if err := sqlkit.QueryRow(ctx, db, `SELECT now()`, nil, &now); err != nil {
 		return 0, 0, err
 	}
 	keep := func(e error) {
@@ -83,7 +84,7 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 		name string
 		upto sql.NullTime
 	}
-	parts, e := store.Collect(ctx, db, `SELECT c.oid::regclass::text,
+	parts, e := sqlkit.Collect(ctx, db, `SELECT c.oid::regclass::text,
   (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']+)''\)'))[1]::timestamptz
 FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
 WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'DEFAULT'`, []any{r.t.Quoted()},
@@ -165,7 +166,7 @@ func (r *relay) dropPartition(ctx context.Context, db *sql.DB, name string, olde
 	}
 	// Each test has its index: pending, dead, processed.
 	var busy bool
-	if err := store.QueryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM `+name+` WHERE processed_at IS NULL AND dead_at IS NULL)
+	if err := sqlkit.QueryRow(ctx, tx, `SELECT EXISTS (SELECT 1 FROM `+name+` WHERE processed_at IS NULL AND dead_at IS NULL)
   OR EXISTS (SELECT 1 FROM `+name+` WHERE dead_at IS NOT NULL)
   OR EXISTS (SELECT 1 FROM `+name+` WHERE processed_at >= now() - $1::float8 * interval '1 millisecond')`,
 		[]any{float64(olderThan.Milliseconds())}, &busy); err != nil {

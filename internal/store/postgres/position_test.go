@@ -14,6 +14,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // fakeClock is this process's clock, moved by hand.
@@ -348,7 +349,7 @@ func TestBatchKeepsOrForgetsThePosition(t *testing.T) {
 			r := newRelay(ident.MustTable("outbox_messages"))
 			remember(r.pos)
 			tx := &fakeTx{}
-			c.settle(&batch{r: r, Marks: store.NewMarks(fakeMarker{}, store.ClaimParams{}, nil, nil, tx, rows), unordered: c.unordered}, tx)
+			c.settle(&batch{r: r, Marks: sqlkit.NewMarks(fakeMarker{}, store.ClaimParams{}, nil, nil, tx, rows), unordered: c.unordered}, tx)
 			if forgot := !remembers(r.pos); forgot != c.forgets {
 				t.Fatalf("position forgotten: %v, want %v", forgot, c.forgets)
 			}
@@ -363,7 +364,7 @@ const refusedText = "refused"
 // refusedText.
 type fakeMarker struct{}
 
-func (fakeMarker) MarkPublished(context.Context, store.Execer, []store.Key, bool, *store.Fence) error {
+func (fakeMarker) MarkPublished(context.Context, store.Execer, []sqlkit.Key, bool, *store.Fence) error {
 	return nil
 }
 

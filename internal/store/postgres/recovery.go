@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // RecoverOutage makes the recovery's retries due; with a fence (ordered
@@ -14,7 +15,7 @@ import (
 // their aggregates be claimed first.
 func (r *relay) RecoverOutage(ctx context.Context, db store.DB, rec store.Recovery) (int64, error) {
 	if f := rec.Fence; f != nil {
-		parts, gens := f.Parts()
+		parts, gens := sqlkit.FenceParts(f)
 		return r.recover(ctx, db, r.q.recoverOwned, rec.Since, rec.Topics, rec.Types, f.Partitions, f.Instance, parts, gens)
 	}
 	return r.recover(ctx, db, r.q.recoverOutage, rec.Since, rec.Topics, rec.Types)
@@ -22,7 +23,7 @@ func (r *relay) RecoverOutage(ctx context.Context, db store.DB, rec store.Recove
 
 func (r *relay) recover(ctx context.Context, x store.Execer, q string, since time.Time, topics, types []string, more ...any) (int64, error) {
 	var n int64
-	if err := store.QueryRow(ctx, x, q, append([]any{since, topics, types}, more...), &n); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, q, append([]any{since, topics, types}, more...), &n); err != nil {
 		return 0, err
 	}
 	if n > 0 {

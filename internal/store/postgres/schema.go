@@ -9,6 +9,8 @@ import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/memfs"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 //go:embed migrations/*.sql
@@ -61,7 +63,7 @@ func (Driver) RecordMigrationSQL() string {
 // exists reports whether the relation (quoted, qualified name) exists.
 func exists(ctx context.Context, x store.Execer, quoted string) (bool, error) {
 	var found sql.NullString
-	err := store.QueryRow(ctx, x, `SELECT to_regclass($1)::text`, []any{quoted}, &found)
+	err := sqlkit.QueryRow(ctx, x, `SELECT to_regclass($1)::text`, []any{quoted}, &found)
 	return found.Valid, err
 }
 
@@ -74,12 +76,12 @@ func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, er
 	switch o.Kind {
 	case store.KindColumn:
 		var ok bool
-		err := store.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		err := sqlkit.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_attribute
 WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`,
 			[]any{o.Name.Quoted(), o.Column}, &ok)
 		return ok, err
 	case store.KindStep:
-		return store.Found(ctx, x, o.Check)
+		return sqlkit.Found(ctx, x, o.Check)
 	}
 	return exists(ctx, x, o.Name.Quoted())
 }
@@ -87,6 +89,6 @@ WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdr
 // schema is what Herald creates and checks from the migrations; partitioned
 // the same from the partitioned set.
 var (
-	schema            = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
-	partitionedSchema = store.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
+	schema            = migrate.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
+	partitionedSchema = migrate.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
 )

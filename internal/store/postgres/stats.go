@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) {
@@ -14,7 +15,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 		s   store.Stats
 		age sql.NullFloat64
 	)
-	if err := store.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
 		return s, err
 	}
 	if age.Valid {
@@ -25,7 +26,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 		readAll           bool
 		xact              sql.NullFloat64
 	)
-	if err := store.QueryRow(ctx, x, r.q.storage, []any{r.t.Quoted()}, &deadTuples, &bytes, &readAll, &xact); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q.storage, []any{r.t.Quoted()}, &deadTuples, &bytes, &readAll, &xact); err != nil {
 		return s, fmt.Errorf("storage figures: %w", err)
 	}
 	s.Storage = true

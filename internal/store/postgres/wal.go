@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // The outbox in the write-ahead log: each event is one transactional logical
@@ -93,7 +94,7 @@ func (*walOutbox) Check(ctx context.Context, x store.Execer) error {
 // wal_level is logical.
 func checkWALLevel(ctx context.Context, x store.Execer) error {
 	var level string
-	if err := store.QueryRow(ctx, x, `SELECT current_setting('wal_level')`, nil, &level); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, `SELECT current_setting('wal_level')`, nil, &level); err != nil {
 		return fmt.Errorf("read wal_level: %w", err)
 	}
 	if level != "logical" {
@@ -129,7 +130,7 @@ func (o *walOutbox) Insert(ctx context.Context, x store.Execer, evs []store.Row,
 		return int64(len(evs)), nil, nil
 	}
 	var top int64
-	if err := store.QueryRow(ctx, x, emitToken, nil, &top); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, emitToken, nil, &top); err != nil {
 		return 0, nil, fmt.Errorf("read transaction id: %w", err)
 	}
 	out := make(map[uuid.UUID]int64, len(evs))

@@ -9,6 +9,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // The WAL relay's record of its slots (store.SlotRecords): a row per slot,
@@ -54,7 +55,7 @@ func (m slotRecords) Ensure(ctx context.Context, x store.Execer) error {
 
 func (m slotRecords) exist(ctx context.Context, x store.Execer) (bool, error) {
 	var ok bool
-	err := store.QueryRow(ctx, x, `SELECT to_regclass($1) IS NOT NULL`, []any{m.t.Quoted()}, &ok)
+	err := sqlkit.QueryRow(ctx, x, `SELECT to_regclass($1) IS NOT NULL`, []any{m.t.Quoted()}, &ok)
 	return ok, err
 }
 
@@ -66,7 +67,7 @@ func (m slotRecords) Read(ctx context.Context, x store.Execer, slot string) (r s
 		return store.SlotRecord{}, false, err
 	}
 	var start, confirmed string
-	err = store.QueryRow(ctx, x, `SELECT start_lsn::text, confirmed_lsn::text, created_at, updated_at FROM `+m.t.Quoted()+`
+	err = sqlkit.QueryRow(ctx, x, `SELECT start_lsn::text, confirmed_lsn::text, created_at, updated_at FROM `+m.t.Quoted()+`
 WHERE slot_name = $1`, []any{slot}, &start, &confirmed, &r.CreatedAt, &r.UpdatedAt)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.SlotRecord{}, false, nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // The WAL relay's side of the outbox in the log (store.WAL): logical
@@ -41,7 +42,7 @@ func (wal) CheckLevel(ctx context.Context, x store.Execer) error { return checkW
 // replication slot (REPLICATION, or a superuser).
 func (wal) ReplicationRight(ctx context.Context, x store.Execer) (bool, error) {
 	var ok bool
-	err := store.QueryRow(ctx, x, `SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`, nil, &ok)
+	err := sqlkit.QueryRow(ctx, x, `SELECT rolreplication OR rolsuper FROM pg_roles WHERE rolname = current_user`, nil, &ok)
 	return ok, err
 }
 
@@ -49,7 +50,7 @@ func (wal) ReplicationRight(ctx context.Context, x store.Execer) (bool, error) {
 // sends logical messages whatever the tables), unless it exists. name must
 // be a plain lowercase identifier.
 func (wal) EnsurePublication(ctx context.Context, x store.Execer, name string) error {
-	found, err := store.Found(ctx, x, `SELECT 1 FROM pg_publication WHERE pubname = $1`, name)
+	found, err := sqlkit.Found(ctx, x, `SELECT 1 FROM pg_publication WHERE pubname = $1`, name)
 	if err != nil || found {
 		return err
 	}
@@ -64,7 +65,7 @@ func (wal) EnsurePublication(ctx context.Context, x store.Execer, name string) e
 // (dropped reports whether it did). name must be a plain lowercase
 // identifier.
 func (wal) DropPublication(ctx context.Context, x store.Execer, name string) (dropped bool, err error) {
-	found, err := store.Found(ctx, x, `SELECT 1 FROM pg_publication WHERE pubname = $1`, name)
+	found, err := sqlkit.Found(ctx, x, `SELECT 1 FROM pg_publication WHERE pubname = $1`, name)
 	if err != nil || !found {
 		return false, err
 	}
@@ -125,7 +126,7 @@ WHERE processed_at IS NULL AND dead_at IS NULL AND aggregate_id <> ''`)
 // AggregatePending reports whether the aggregate a has pending events
 // (neither processed nor dead) in the table.
 func (p parking) AggregatePending(ctx context.Context, x store.Execer, a store.Aggregate) (bool, error) {
-	return store.Found(ctx, x, `SELECT 1 FROM `+p.t.Quoted()+`
+	return sqlkit.Found(ctx, x, `SELECT 1 FROM `+p.t.Quoted()+`
 WHERE aggregate_type = $1 AND aggregate_id = $2 AND processed_at IS NULL AND dead_at IS NULL LIMIT 1`, a.Type, a.ID)
 }
 

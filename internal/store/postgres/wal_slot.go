@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // The WAL relay's slot: what the relay reads of it before it streams, its
@@ -20,7 +21,7 @@ import (
 // there is no such slot.
 func (wal) Slot(ctx context.Context, x store.Execer, name string) (s store.Slot, found bool, err error) {
 	var confirmed string
-	err = store.QueryRow(ctx, x, slotQuery, []any{name}, &s.Plugin, &s.Database, &s.WALStatus, &s.CurrentDatabase,
+	err = sqlkit.QueryRow(ctx, x, slotQuery, []any{name}, &s.Plugin, &s.Database, &s.WALStatus, &s.CurrentDatabase,
 		&confirmed, &s.Active)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.Slot{}, false, nil
@@ -41,7 +42,7 @@ FROM pg_replication_slots WHERE slot_name = $1`
 // created is false when another session made it meanwhile.
 func (wal) CreateSlot(ctx context.Context, x store.Execer, name string) (start store.LSN, created bool, err error) {
 	var lsn string
-	err = store.QueryRow(ctx, x, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, []any{name}, &lsn)
+	err = sqlkit.QueryRow(ctx, x, `SELECT lsn::text FROM pg_create_logical_replication_slot($1, 'pgoutput')`, []any{name}, &lsn)
 	if err != nil {
 		if isDuplicate(err) {
 			return 0, false, nil
@@ -58,7 +59,7 @@ func (wal) CreateSlot(ctx context.Context, x store.Execer, name string) (start s
 // (dropped reports whether it did). A slot a walsender streams cannot be
 // dropped: the server's error says so.
 func (wal) DropSlot(ctx context.Context, x store.Execer, name string) (dropped bool, err error) {
-	found, err := store.Found(ctx, x, `SELECT 1 FROM pg_replication_slots WHERE slot_name = $1`, name)
+	found, err := sqlkit.Found(ctx, x, `SELECT 1 FROM pg_replication_slots WHERE slot_name = $1`, name)
 	if err != nil || !found {
 		return false, err
 	}
@@ -91,7 +92,7 @@ func (wal) SlotStats(ctx context.Context, x store.Execer, name string) (store.Sl
 		since sql.NullFloat64
 		safe  sql.NullInt64
 	)
-	err := store.QueryRow(ctx, x, slotStats, []any{name}, &s.Plugin, &s.Database, &s.CurrentDatabase,
+	err := sqlkit.QueryRow(ctx, x, slotStats, []any{name}, &s.Plugin, &s.Database, &s.CurrentDatabase,
 		&s.Active, &s.ActivePID, &s.WALStatus, &s.RetainedBytes, &s.LagBytes, &since, &safe)
 	if errors.Is(err, sql.ErrNoRows) {
 		return store.SlotStats{}, nil

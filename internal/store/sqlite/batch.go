@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // batch is a claimed batch of SQLite.
 type batch struct {
-	*store.Marks
+	*sqlkit.Marks
 	r      *relay
 	leased bool
 }

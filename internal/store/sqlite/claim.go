@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Claim claims a batch. SQLite has no row locks: an unordered claim leases its
@@ -29,13 +30,13 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 	if err != nil {
 		return nil, err
 	}
-	return &batch{r: r, Marks: store.NewMarks(r, p, db, nil, nil, rows), leased: p.Ordered == nil}, nil
+	return &batch{r: r, Marks: sqlkit.NewMarks(r, p, db, nil, nil, rows), leased: p.Ordered == nil}, nil
 }
 
 // claim runs the claim q and returns its rows in seq order, or in the order of
 // rank (by seq) when given; leased: q returns the lease it set last.
 func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased bool, q string, args ...any) ([]store.Row, error) {
-	out, err := store.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+	out, err := sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var (
 			c                 store.Row
 			payload, metadata string
@@ -67,7 +68,7 @@ func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, l
 // lease ahead, in a statement of its own: nobody else claims them until then,
 // and a relay that dies leaves them to be claimed again when the lease ends.
 func (r *relay) claimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Row, error) {
-	due, err := store.Column[int64](ctx, x, r.q.dueLeased, limit)
+	due, err := sqlkit.Column[int64](ctx, x, r.q.dueLeased, limit)
 	if err != nil || len(due) == 0 {
 		return nil, err
 	}
@@ -75,7 +76,7 @@ func (r *relay) claimLeased(ctx context.Context, x store.Execer, limit int, leas
 	for i, seq := range due {
 		rank[seq] = i
 	}
-	return r.claim(ctx, x, rank, true, r.q.claimLeased, lease.Microseconds(), store.JSONInts(due))
+	return r.claim(ctx, x, rank, true, r.q.claimLeased, lease.Microseconds(), sqlkit.JSONInts(due))
 }
 
 // unlease makes the rows due again at about the time they were due before
@@ -84,8 +85,8 @@ func (r *relay) claimLeased(ctx context.Context, x store.Execer, limit int, leas
 // the events that failed in it, and again every batch, never tried while a
 // failing event comes first (the other databases release such rows
 // untouched). Only rows that still hold the claim's lease.
-func (r *relay) unlease(ctx context.Context, x store.Execer, keys []store.Key) error {
-	return store.ExecSeqLeases(ctx, x, r.q.unlease, keys)
+func (r *relay) unlease(ctx context.Context, x store.Execer, keys []sqlkit.Key) error {
+	return sqlkit.ExecSeqLeases(ctx, x, r.q.unlease, keys)
 }
 
 // claimOrdered returns up to limit due events of the owned partitions, in

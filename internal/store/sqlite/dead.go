@@ -6,10 +6,11 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Dead(ctx context.Context, x store.Execer, limit int) ([]store.Row, error) {
-	return store.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
+	return sqlkit.Collect(ctx, x, r.q.dead, []any{limit}, scanDead)
 }
 
 func (r *relay) Requeue(ctx context.Context, db store.DB, id string) (bool, error) {
@@ -18,12 +19,12 @@ func (r *relay) Requeue(ctx context.Context, db store.DB, id string) (bool, erro
 
 // requeue requeues the dead event id in x's transaction.
 func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
-	n, err := store.Affected(ctx, x, r.q.requeue, id)
+	n, err := sqlkit.Affected(ctx, x, r.q.requeue, id)
 	return n > 0, err
 }
 
 func (r *relay) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
-	return store.Affected(ctx, db, r.q.requeueAll)
+	return sqlkit.Affected(ctx, db, r.q.requeueAll)
 }
 
 // scanDead reads a dead event: the claimed columns, last_error, dead_at.

@@ -3,13 +3,14 @@ package sqlite
 import (
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Heartbeats returns what the database knows of the relays of the outbox t.
 // Times are unix microseconds (Now).
 func (Driver) Heartbeats(t ident.Table) store.Heartbeats {
 	lt, rt := t.Derived("_leases").Quoted(), t.Derived("_relays").Quoted()
-	return store.HeartbeatSQL{
+	return sqlkit.HeartbeatSQL{
 		Create: `CREATE TABLE IF NOT EXISTS ` + rt + ` (
     instance TEXT    PRIMARY KEY,
     seen_at  INTEGER NOT NULL

@@ -8,6 +8,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Inbox returns the operations on the inbox table t.
@@ -53,5 +54,5 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
 func (in *inbox) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	return store.Affected(ctx, db, in.cleanupQ, time.Now().Add(-olderThan).UnixMicro(), limit)
+	return sqlkit.Affected(ctx, db, in.cleanupQ, time.Now().Add(-olderThan).UnixMicro(), limit)
 }

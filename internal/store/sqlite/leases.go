@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 func (r *relay) Leases() store.Leases { return r.leases }
@@ -31,7 +32,7 @@ ON CONFLICT (instance) DO UPDATE SET seen_at = excluded.seen_at`, instance)
 }
 
 func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) (int, error) {
-	n, err := store.Column[int](ctx, x, `SELECT count(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - ?`, within.Microseconds())
+	n, err := sqlkit.Column[int](ctx, x, `SELECT count(*) FROM `+l.rt+` WHERE seen_at > `+Now+` - ?`, within.Microseconds())
 	if err != nil || len(n) == 0 {
 		return 0, err
 	}
@@ -39,8 +40,8 @@ func (l leases) Live(ctx context.Context, x store.Execer, within time.Duration) 
 }
 
 func (l leases) Renew(ctx context.Context, x store.Execer, instance string, lease time.Duration) ([]store.Lease, error) {
-	return store.Collect(ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition, generation`,
-		[]any{lease.Microseconds(), instance}, store.ScanLease)
+	return sqlkit.Collect(ctx, x, `UPDATE `+l.t+` SET expires_at = `+Now+` + ? WHERE owner = ? AND expires_at > `+Now+` RETURNING partition, generation`,
+		[]any{lease.Microseconds(), instance}, sqlkit.ScanLease)
 }
 
 func (l leases) Release(ctx context.Context, x store.Execer, instance string, parts []int) error {
@@ -53,9 +54,9 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 }
 
 func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
-	return store.Collect(ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?, generation = generation + 1
+	return sqlkit.Collect(ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?, generation = generation + 1
 WHERE partition IN (SELECT partition FROM `+l.t+` WHERE expires_at <= `+Now+` AND partition < ? ORDER BY partition LIMIT ?)
-RETURNING partition, generation`, []any{instance, lease.Microseconds(), partitions, n}, store.ScanLease)
+RETURNING partition, generation`, []any{instance, lease.Microseconds(), partitions, n}, sqlkit.ScanLease)
 }
 
 func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {

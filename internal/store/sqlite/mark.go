@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // fencing returns how the marks of keys are fenced: 2 by the fence, 1 by the
@@ -23,17 +24,17 @@ func fencing(leased bool, fence *store.Fence) int {
 // their transaction (SQLite's one writer: nothing took one in between).
 func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) error {
 	var n int
-	if err := store.QueryRow(ctx, x, r.q.fenceHeld, []any{fence.JSON(), fence.Instance}, &n); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q.fenceHeld, []any{sqlkit.FenceJSON(fence), fence.Instance}, &n); err != nil {
 		return err
 	}
-	return store.CheckFence(fence, n)
+	return sqlkit.CheckFence(fence, n)
 }
 
 // MarkPublished deletes published events, or with keep stamps them
 // processed: a key with a Lease only while its row holds that lease; with a
 // fence, a row only while its partition's lease is the fence's (else
 // ErrLeaseLost, after marking the rows of the partitions still held).
-func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.Key, keep bool, fence *store.Fence) error {
+func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []sqlkit.Key, keep bool, fence *store.Fence) error {
 	if len(keys) == 0 {
 		return nil
 	}
@@ -43,18 +44,18 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []store.
 	}
 	switch f := fencing(keys[0].Lease != 0, fence); f {
 	case 1:
-		return store.ExecSeqLeases(ctx, x, q[f], keys)
+		return sqlkit.ExecSeqLeases(ctx, x, q[f], keys)
 	case 2:
-		seqs, err := store.SeqsJSON(keys)
+		seqs, err := sqlkit.SeqsJSON(keys)
 		if err != nil {
 			return err
 		}
-		if _, err := x.ExecContext(ctx, q[f], seqs, fence.Partitions, fence.JSON(), fence.Instance); err != nil {
+		if _, err := x.ExecContext(ctx, q[f], seqs, fence.Partitions, sqlkit.FenceJSON(fence), fence.Instance); err != nil {
 			return err
 		}
 		return r.held(ctx, x, fence)
 	default:
-		return store.ExecSeqs(ctx, x, q[f], keys)
+		return sqlkit.ExecSeqs(ctx, x, q[f], keys)
 	}
 }
 
@@ -66,7 +67,7 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 	us := now.UnixMicro()
 	var fenceJSON string
 	if fence != nil {
-		fenceJSON = fence.JSON()
+		fenceJSON = sqlkit.FenceJSON(fence)
 	}
 	for _, f := range fs {
 		strike := 0

@@ -10,6 +10,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Outbox returns the operations on the outbox table t.
@@ -107,7 +108,7 @@ func (o *outbox) Settle(ctx context.Context, x store.Execer, ws []store.Written)
 
 // Present returns which of ids have a row x sees.
 func (o *outbox) Present(ctx context.Context, x store.Execer, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
-	return store.FoundIn(ctx, x, `SELECT id FROM `+o.t.Quoted()+` WHERE id IN `, ids)
+	return sqlkit.FoundIn(ctx, x, `SELECT id FROM `+o.t.Quoted()+` WHERE id IN `, ids)
 }
 
 // LockAggregates does nothing: a write transaction holds SQLite's one write

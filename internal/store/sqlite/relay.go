@@ -6,6 +6,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Relay returns the relay's operations on the outbox table t.
@@ -24,9 +25,9 @@ const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, paylo
 const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
 
 type relay struct {
-	store.Unpositioned // no claim position, no partitions
-	t                  ident.Table
-	q                  struct {
+	sqlkit.Unpositioned // no claim position, no partitions
+	t                   ident.Table
+	q                   struct {
 		dueLeased, claimLeased, claimOrdered, stats, dead, requeue, requeueAll, cleanup, fenceHeld string
 		recoverOutage                                                                              [2]string // [unfenced, fenced]
 		// by fencing: [none, the claim's lease, the partition leases]

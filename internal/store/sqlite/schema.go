@@ -7,6 +7,8 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 //go:embed migrations/*.sql
@@ -41,7 +43,7 @@ func exists(ctx context.Context, x store.Execer, n ident.Table) (bool, error) {
 	if n.Schema != "" {
 		master = n.Schema.Quoted() + ".sqlite_schema"
 	}
-	return store.Found(ctx, x, `SELECT 1 FROM `+master+` WHERE name = ? AND type IN ('table', 'index')`, string(n.Name))
+	return sqlkit.Found(ctx, x, `SELECT 1 FROM `+master+` WHERE name = ? AND type IN ('table', 'index')`, string(n.Name))
 }
 
 // ObjectExists reports whether what the migration statement o makes exists.
@@ -56,13 +58,13 @@ func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, er
 		if o.Name.Schema != "" {
 			schema = string(o.Name.Schema)
 		}
-		return store.Found(ctx, x, `SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?`,
+		return sqlkit.Found(ctx, x, `SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?`,
 			string(o.Name.Name), schema, o.Column)
 	case store.KindStep:
-		return store.Found(ctx, x, o.Check)
+		return sqlkit.Found(ctx, x, o.Check)
 	}
 	return exists(ctx, x, o.Name)
 }
 
 // schema is what Herald creates and checks from the migrations.
-var schema = store.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
+var schema = migrate.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}

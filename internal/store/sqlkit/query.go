@@ -1,19 +1,20 @@
-package store
+package sqlkit
 
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"maps"
 	"strings"
 
 	"github.com/google/uuid"
+
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // QueryRow scans the one row q returns into dest; sql.ErrNoRows when it
 // returns none.
-func QueryRow(ctx context.Context, x Execer, q string, args []any, dest ...any) error {
+func QueryRow(ctx context.Context, x store.Execer, q string, args []any, dest ...any) error {
 	rows, err := x.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
@@ -32,7 +33,7 @@ func QueryRow(ctx context.Context, x Execer, q string, args []any, dest ...any) 
 }
 
 // Column runs q and returns the one column of its rows.
-func Column[T any](ctx context.Context, x Execer, q string, args ...any) ([]T, error) {
+func Column[T any](ctx context.Context, x store.Execer, q string, args ...any) ([]T, error) {
 	return Collect(ctx, x, q, args, func(rows *sql.Rows) (T, error) {
 		var v T
 		err := rows.Scan(&v)
@@ -41,7 +42,7 @@ func Column[T any](ctx context.Context, x Execer, q string, args ...any) ([]T, e
 }
 
 // Collect runs q and returns its rows, each read by scan.
-func Collect[T any](ctx context.Context, x Execer, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
+func Collect[T any](ctx context.Context, x store.Execer, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	rows, err := x.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -59,7 +60,7 @@ func Collect[T any](ctx context.Context, x Execer, q string, args []any, scan fu
 }
 
 // Affected runs q and returns how many rows it changed.
-func Affected(ctx context.Context, x Execer, q string, args ...any) (int64, error) {
+func Affected(ctx context.Context, x store.Execer, q string, args ...any) (int64, error) {
 	res, err := x.ExecContext(ctx, q, args...)
 	if err != nil {
 		return 0, err
@@ -67,35 +68,31 @@ func Affected(ctx context.Context, x Execer, q string, args ...any) (int64, erro
 	return res.RowsAffected()
 }
 
-// ErrTxLost is returned (wrapped) by Savepoint when the savepoint could not
-// be set, released or rolled back to: the transaction is no longer usable.
-var ErrTxLost = errors.New("transaction lost")
-
 // Savepoint runs f in the transaction tx under a savepoint (SAVEPOINT name,
 // which every database Herald runs on knows): released when f returns nil,
 // rolled back to when it fails, which undoes f's writes alone and leaves tx
 // usable (on PostgreSQL a failed statement otherwise aborts the whole
-// transaction). It returns f's error, or one wrapping ErrTxLost when the
+// transaction). It returns f's error, or one wrapping store.ErrTxLost when the
 // savepoint itself fails (MySQL rolls a deadlocked transaction back whole).
-func Savepoint(ctx context.Context, tx Execer, name string, f func() error) error {
+func Savepoint(ctx context.Context, tx store.Execer, name string, f func() error) error {
 	if _, err := tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
-		return fmt.Errorf("%w: savepoint: %w", ErrTxLost, err)
+		return fmt.Errorf("%w: savepoint: %w", store.ErrTxLost, err)
 	}
 	if err := f(); err != nil {
 		if _, rerr := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT "+name); rerr != nil {
-			return fmt.Errorf("%w: rollback to savepoint: %w (after %w)", ErrTxLost, rerr, err)
+			return fmt.Errorf("%w: rollback to savepoint: %w (after %w)", store.ErrTxLost, rerr, err)
 		}
 		return err
 	}
 	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT "+name); err != nil {
-		return fmt.Errorf("%w: release savepoint: %w", ErrTxLost, err)
+		return fmt.Errorf("%w: release savepoint: %w", store.ErrTxLost, err)
 	}
 	return nil
 }
 
 // FoundIDs reads the ids q returns (one text column) into a set; ids that do not
 // parse are skipped.
-func FoundIDs(ctx context.Context, x Execer, q string, args ...any) (map[uuid.UUID]bool, error) {
+func FoundIDs(ctx context.Context, x store.Execer, q string, args ...any) (map[uuid.UUID]bool, error) {
 	ids, err := Column[string](ctx, x, q, args...)
 	if err != nil {
 		return nil, err
@@ -112,7 +109,7 @@ func FoundIDs(ctx context.Context, x Execer, q string, args ...any) (map[uuid.UU
 // FoundIn is FoundIDs for databases with ? placeholders: it looks ids up with
 // head followed by "(?, ?, ...)", at most 500 ids a query. head selects the id
 // as text and ends in "WHERE id IN ".
-func FoundIn(ctx context.Context, x Execer, head string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+func FoundIn(ctx context.Context, x store.Execer, head string, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
 	out := make(map[uuid.UUID]bool, len(ids))
 	for len(ids) > 0 {
 		chunk := ids[:min(len(ids), 500)]
@@ -128,4 +125,29 @@ func FoundIn(ctx context.Context, x Execer, head string, ids []uuid.UUID) (map[u
 		maps.Copy(out, found)
 	}
 	return out, nil
+}
+
+// Found reports whether q returns a row (a step's check, a catalog lookup).
+func Found(ctx context.Context, x store.Execer, q string, args ...any) (bool, error) {
+	rows, err := x.QueryContext(ctx, q, args...)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = rows.Close() }()
+	found := rows.Next()
+	return found, rows.Err()
+}
+
+// InTx runs f in a transaction begun on db with opts, committed when f
+// returns nil and rolled back otherwise.
+func InTx(ctx context.Context, db store.DB, opts *sql.TxOptions, f func(tx store.Execer) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		_ = tx.Rollback()
+		return err
+	}
+	return tx.Commit()
 }

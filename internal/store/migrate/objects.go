@@ -1,0 +1,231 @@
+package migrate
+
+import (
+	"io/fs"
+	"regexp"
+	"strings"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// statements reads file from fsys and splits it into statements: comment
+// lines dropped, a statement ending with a line that ends in ";". Two kinds of
+// comment are Herald's own (goose and golang-migrate read them as comments):
+// a line starting "-- herald: " is a line of a statement only Herald runs
+// (one whose effect plain SQL cannot make conditional: Herald looks it up
+// first), and "-- herald:check <query>" is the query that tells whether the
+// next statement's effect is there already (store.Object.Check).
+func statements(fsys fs.FS, file string) ([]statement, error) {
+	b, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out   []statement
+		cur   strings.Builder
+		check string
+	)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case strings.HasPrefix(trimmed, heraldCheck):
+			check = strings.TrimSuffix(strings.TrimSpace(strings.TrimPrefix(trimmed, heraldCheck)), ";")
+			continue
+		case strings.HasPrefix(trimmed, heraldLine):
+			line = strings.TrimPrefix(trimmed, heraldLine)
+			trimmed = strings.TrimSpace(line)
+		case trimmed == "", strings.HasPrefix(trimmed, "--"):
+			continue
+		}
+		cur.WriteString(line)
+		cur.WriteByte('\n')
+		if strings.HasSuffix(trimmed, ";") {
+			out = append(out, statement{strings.TrimSuffix(strings.TrimSpace(cur.String()), ";"), check})
+			cur.Reset()
+			check = ""
+		}
+	}
+	if s := strings.TrimSpace(cur.String()); s != "" {
+		out = append(out, statement{s, check})
+	}
+	return out, nil
+}
+
+// statement is one statement of a migration file, with its check.
+type statement struct{ sql, check string }
+
+const (
+	heraldLine  = "-- herald: "
+	heraldCheck = "-- herald:check "
+)
+
+// Render puts table t where a migration statement names the default table def
+// (quoted with q's quote character): the table itself and the tables derived
+// from it (def_leases) qualified as t is, the indexes and keys derived from it
+// (def_*_idx, def_*_key) unqualified, as index names are.
+func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) string {
+	qc := quote(ident.Table{Name: "x"})[:1] // the quote character
+	re := regexp.MustCompile(regexp.QuoteMeta(qc+def) + `(_[a-z_]+)?` + regexp.QuoteMeta(qc))
+	return re.ReplaceAllStringFunc(stmt, func(m string) string {
+		suffix := strings.TrimSuffix(strings.TrimPrefix(m, qc+def), qc)
+		switch {
+		case suffix == "":
+			return quote(t)
+		case strings.HasSuffix(suffix, "_idx"), strings.HasSuffix(suffix, "_key"):
+			return quote(ident.Table{Name: t.Derived(suffix).Name})
+		default:
+			return quote(t.Derived(suffix))
+		}
+	})
+}
+
+var (
+	createdRE   = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
+	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s`)
+	columnRE    = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+	stepRE      = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
+)
+
+// Objects renders the statements of migration file for table t and says what
+// each makes: the names in the file that are def or derived from it (def_*)
+// become t's (Render); with def "" nothing is rendered.
+func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
+	stmts, err := statements(fsys, file)
+	if err != nil {
+		return nil, err
+	}
+	render := func(s string) string {
+		if def == "" {
+			return s
+		}
+		return Render(s, def, t, quote)
+	}
+	name := func(quoted string) ident.Table {
+		n := strings.Trim(quoted, "\"`")
+		if def == "" || !derives(n, def) {
+			return ident.Table{Name: ident.Name(n)}
+		}
+		return t.Derived(strings.TrimPrefix(n, def))
+	}
+	out := make([]store.Object, 0, len(stmts))
+	for _, s := range stmts {
+		o := store.Object{File: file, SQL: render(s.sql)}
+		if m := createdRE.FindStringSubmatch(s.sql); m != nil {
+			o.Kind, o.Name = store.KindTable, name(m[4])
+			if strings.EqualFold(m[2], "INDEX") {
+				o.Kind, o.On = store.KindIndex, name(m[5])
+			}
+		} else if m := columnRE.FindStringSubmatch(s.sql); m != nil {
+			o.Kind, o.Name, o.Column = store.KindColumn, name(m[1]), strings.Trim(m[2], "\"`")
+		} else if len(out) > 0 && s.check == "" {
+			last := &out[len(out)-1]
+			last.After = append(last.After, o.SQL)
+			last.Replaces = last.Replaces || (last.Kind == store.KindIndex && dropIndexRE.MatchString(s.sql))
+			continue
+		} else {
+			o.Kind, o.Check = store.KindStep, render(s.check)
+			if m := stepRE.FindStringSubmatch(s.sql); m != nil {
+				o.Name = name(m[1])
+			}
+		}
+		out = append(out, o)
+	}
+	return out, nil
+}
+
+// derives reports whether name is def or a name derived from it (def_*).
+func derives(name, def string) bool {
+	return name == def || strings.HasPrefix(name, def+"_")
+}
+
+// SchemaObjects returns the objects of every migration in fsys, in version
+// order, that are on the default table def or on a table derived from it,
+// rendered for t: the one definition of what Herald creates itself and checks
+// at start, so that a migration added later is covered with no code change.
+func SchemaObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
+	migs, err := Migrations(fsys)
+	if err != nil {
+		return nil, err
+	}
+	var out []store.Object
+	for _, m := range migs {
+		objs, err := Objects(fsys, m.Up, def, t, quote)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if o.Kind == store.KindIndex {
+				if on := o.On.Name; on != "" && derivesTable(o.On, t) {
+					out = append(out, o)
+				}
+				continue
+			}
+			if derivesTable(o.Name, t) {
+				out = append(out, o)
+			}
+		}
+	}
+	return out, nil
+}
+
+// derivesTable reports whether n (rendered) is t or a table derived from it.
+func derivesTable(n, t ident.Table) bool {
+	return n.Schema == t.Schema && derives(string(n.Name), string(t.Name))
+}
+
+// relayNeeds reports whether o is one of the relay's additions to the outbox
+// (by its name: the lease and instance tables and what is on them, the claim,
+// dead and retention indexes) and whether a relay in this mode needs it: the
+// lease and instance tables and the claim indexes in ordered mode, the
+// processed index with retention, the dead index always.
+func relayNeeds(o store.Object, ordered, retention bool) (relay, need bool) {
+	name := string(o.Name.Name)
+	switch {
+	case strings.HasSuffix(name, "_leases"), strings.HasSuffix(name, "_relays"), strings.HasSuffix(name, "_ordered_idx"), strings.HasSuffix(name, "_aggregate_idx"):
+		return true, ordered
+	case strings.HasSuffix(name, "_processed_idx"):
+		return true, retention
+	case strings.HasSuffix(name, "_dead_idx"):
+		return true, true
+	}
+	return false, false
+}
+
+// OutboxObjects are the objects of the migrations in fsys on the outbox t and
+// the tables derived from it that are not the relay's: what the write path
+// needs (in PostgreSQL's partitioned set, the partitioned table).
+func OutboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
+	return filterObjects(fsys, store.DefaultOutbox, t, quote, func(o store.Object) bool {
+		relay, _ := relayNeeds(o, false, false)
+		return !relay
+	})
+}
+
+// RelayObjects are the relay's additions to the outbox t in the migrations in
+// fsys that a relay in this mode needs.
+func RelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string, ordered, retention bool) ([]store.Object, error) {
+	return filterObjects(fsys, store.DefaultOutbox, t, quote, func(o store.Object) bool {
+		relay, need := relayNeeds(o, ordered, retention)
+		return relay && need
+	})
+}
+
+// InboxObjects are the objects of the migrations in fsys on the inbox t.
+func InboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
+	return filterObjects(fsys, store.DefaultInbox, t, quote, func(store.Object) bool { return true })
+}
+
+func filterObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table) string, keep func(store.Object) bool) ([]store.Object, error) {
+	objs, err := SchemaObjects(fsys, def, t, quote)
+	if err != nil {
+		return nil, err
+	}
+	out := objs[:0]
+	for _, o := range objs {
+		if keep(o) {
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}

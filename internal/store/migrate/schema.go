@@ -1,0 +1,262 @@
+package migrate
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
+)
+
+// Catalog looks up whether what o makes exists (its table, index or column;
+// for a step, whether its check returns a row).
+type Catalog func(ctx context.Context, x store.Execer, o store.Object) (bool, error)
+
+// CreateMissing makes, of objs, the tables and indexes that exists says are
+// missing, and the columns and replacing indexes (store.Object.Replaces) of the
+// tables it made in this call that are missing (a table made by an earlier
+// migration and altered by a later one). It never alters a table that was
+// there before but to add an index, and runs no step: an outdated table is
+// for Migrate, and CheckSchema names the migration. An index whose creation
+// fails is left out when skip says so. A role without DDL rights works where
+// everything exists.
+func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exists Catalog, skip func(name string, err error) bool) error {
+	made := map[string]bool{}
+	for _, o := range objs {
+		switch o.Kind {
+		case store.KindStep:
+			continue
+		case store.KindColumn:
+			if !made[o.Name.String()] {
+				continue
+			}
+		case store.KindIndex:
+			if o.Replaces && !made[o.On.String()] {
+				continue
+			}
+		}
+		ok, err := exists(ctx, x, o)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", describe(o), err)
+		}
+		if ok {
+			continue
+		}
+		if _, err := x.ExecContext(ctx, o.SQL); err != nil {
+			// Another instance making the same objects at this moment made
+			// this one first (MySQL: 1061 duplicate key name; PostgreSQL: a
+			// unique violation in its catalog): go on to the rest, which
+			// may be this call's to make (a later column of a table made
+			// here).
+			if again, e := exists(ctx, x, o); e == nil && again {
+				continue
+			}
+			if o.Kind == store.KindIndex && skip != nil && skip(o.Name.String(), err) {
+				continue
+			}
+			return fmt.Errorf("create %s: %w", describe(o), err)
+		}
+		for _, q := range o.After {
+			if _, err := x.ExecContext(ctx, q); err != nil {
+				return fmt.Errorf("create %s: %w", describe(o), err)
+			}
+		}
+		if o.Kind == store.KindTable {
+			made[o.Name.String()] = true
+		}
+	}
+	return nil
+}
+
+// CheckSchema returns store.ErrSchemaOutdated, naming the migration to run,
+// for the first of objs (tables, columns, checked steps) that exists says is
+// missing; indexes are not required. Nothing is checked while the first table of objs
+// (the one the others hang on) does not exist: a missing table is not an
+// outdated one. It reads catalogs only: no DDL, no lock but a reader's. A
+// schema that seems outdated is looked at again for about a second (another
+// instance may be making it) before the error.
+func CheckSchema(ctx context.Context, x store.Execer, objs []store.Object, exists Catalog) error {
+	err := checkSchema(ctx, x, objs, exists)
+	// Another instance may be creating the same tables at this moment: the
+	// one that made a table adds the later migrations' columns to it right
+	// after (CreateMissing), and the others see the table before them. Look
+	// again a few times, for about a second, before calling it outdated.
+	for i := 0; i < outdatedRechecks && errors.Is(err, store.ErrSchemaOutdated); i++ {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(outdatedRecheckEvery):
+		}
+		err = checkSchema(ctx, x, objs, exists)
+	}
+	return err
+}
+
+// How often and how long CheckSchema looks again at a schema that seems
+// outdated.
+const (
+	outdatedRechecks     = 4
+	outdatedRecheckEvery = 250 * time.Millisecond
+)
+
+func checkSchema(ctx context.Context, x store.Execer, objs []store.Object, exists Catalog) error {
+	first := true
+	for _, o := range objs {
+		if o.Kind == store.KindIndex || (o.Kind == store.KindStep && o.Check == "") {
+			continue
+		}
+		ok, err := exists(ctx, x, o)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", describe(o), err)
+		}
+		if first && o.Kind == store.KindTable {
+			first = false
+			if !ok {
+				return nil
+			}
+			continue
+		}
+		first = false
+		if !ok {
+			return fmt.Errorf("%w: %s is missing: run migration %s (migrations.Migrate applies it to the default tables)",
+				store.ErrSchemaOutdated, describe(o), o.Migration())
+		}
+	}
+	return nil
+}
+
+// describe names what o makes, for messages.
+func describe(o store.Object) string {
+	switch o.Kind {
+	case store.KindIndex:
+		return "index " + o.Name.String()
+	case store.KindColumn:
+		return "column " + o.Column + " of " + o.Name.String()
+	case store.KindStep:
+		return "the rows of " + o.Name.String()
+	}
+	return "table " + o.Name.String()
+}
+
+// Schema is one database's migrations and catalog: what Herald creates itself
+// and checks at start for one outbox or inbox table, from every migration of
+// the set (Outbox-, Relay- and InboxObjects).
+type Schema struct {
+	FS     fs.FS
+	Quote  func(ident.Table) string
+	Exists Catalog
+	// Atomic says the database runs DDL in a transaction (PostgreSQL and
+	// SQLite; not MySQL, whose DDL commits at once): each creation then runs
+	// in one, a savepoint around each statement, so that a connection cut or
+	// a process killed between a table and the column a later migration adds
+	// to it leaves neither (the next start makes both), never a table that
+	// is outdated until Migrate runs. Locks the creation takes (an index
+	// build's SHARE lock on an existing table) are held to its commit, which
+	// follows its last statement. Defaults to false.
+	Atomic bool
+}
+
+// create runs CreateMissing on x: when s is Atomic and x a DB, in one
+// transaction.
+func (s Schema) create(ctx context.Context, x store.Execer, objs []store.Object, skip func(string, error) bool) error {
+	db, ok := x.(store.DB)
+	if !s.Atomic || !ok {
+		return CreateMissing(ctx, x, objs, s.Exists, skip)
+	}
+	return sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
+		return CreateMissing(ctx, savepoints{tx}, objs, s.Exists, skip)
+	})
+}
+
+// savepoints runs each statement of x behind a savepoint, rolled back to when
+// the statement fails: the transaction goes on (CreateMissing looks the
+// object up again, or skips an index it may not make).
+type savepoints struct{ x store.Execer }
+
+func (s savepoints) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	if _, err := s.x.ExecContext(ctx, `SAVEPOINT herald_create`); err != nil {
+		return nil, err
+	}
+	res, err := s.x.ExecContext(ctx, q, args...)
+	if err != nil {
+		if _, e := s.x.ExecContext(ctx, `ROLLBACK TO SAVEPOINT herald_create`); e != nil {
+			return nil, errors.Join(err, e)
+		}
+		return nil, err
+	}
+	_, err = s.x.ExecContext(ctx, `RELEASE SAVEPOINT herald_create`)
+	return res, err
+}
+
+func (s savepoints) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return s.x.QueryContext(ctx, q, args...)
+}
+
+// CreateOutbox creates what the write path needs on the outbox t when missing.
+func (s Schema) CreateOutbox(ctx context.Context, x store.Execer, t ident.Table) error {
+	objs, err := OutboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return s.create(ctx, x, objs, nil)
+}
+
+// CheckOutbox checks what the write path needs on the outbox t (CheckSchema).
+func (s Schema) CheckOutbox(ctx context.Context, x store.Execer, t ident.Table) error {
+	objs, err := OutboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return CheckSchema(ctx, x, objs, s.Exists)
+}
+
+// CreateRelay creates the relay's additions to the outbox t that the mode
+// needs when missing; an index whose creation fails is left out when skip
+// says so.
+func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, ordered, retention bool, skip func(string, error) bool) error {
+	objs, err := RelayObjects(s.FS, t, s.Quote, ordered, retention)
+	if err != nil {
+		return err
+	}
+	return s.create(ctx, x, objs, skip)
+}
+
+// CheckRelay checks what the relay uses: the outbox t itself (not the
+// writers' tables derived from it, on which a relay role may have no
+// privilege) and the relay's additions the mode needs.
+func (s Schema) CheckRelay(ctx context.Context, x store.Execer, t ident.Table, ordered, retention bool) error {
+	out, err := OutboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	rel, err := RelayObjects(s.FS, t, s.Quote, ordered, retention)
+	if err != nil {
+		return err
+	}
+	objs := slices.DeleteFunc(out, func(o store.Object) bool { return o.Name != t })
+	return CheckSchema(ctx, x, append(objs, rel...), s.Exists)
+}
+
+// CreateInbox creates the inbox t when missing.
+func (s Schema) CreateInbox(ctx context.Context, x store.Execer, t ident.Table) error {
+	objs, err := InboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return s.create(ctx, x, objs, nil)
+}
+
+// CheckInbox checks the inbox t.
+func (s Schema) CheckInbox(ctx context.Context, x store.Execer, t ident.Table) error {
+	objs, err := InboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return CheckSchema(ctx, x, objs, s.Exists)
+}

@@ -1,0 +1,74 @@
+package sqlkit
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/heraldgo/herald/internal/store"
+)
+
+// scanInstance reads an instance row: its name, then its age in microseconds.
+func scanInstance(rows interface{ Scan(...any) error }) (store.InstanceSeen, error) {
+	var s store.InstanceSeen
+	var us int64
+	err := rows.Scan(&s.Instance, &us)
+	s.Ago = time.Duration(us) * time.Microsecond
+	return s, err
+}
+
+// scanLeaseOwner reads a lease owner row: the owner, its partitions, then
+// the time left on its latest lease in microseconds.
+func scanLeaseOwner(rows interface{ Scan(...any) error }) (store.LeaseOwner, error) {
+	var o store.LeaseOwner
+	var us int64
+	err := rows.Scan(&o.Owner, &o.Partitions, &us)
+	o.Left = time.Duration(us) * time.Microsecond
+	return o, err
+}
+
+// HeartbeatSQL is one database's statements for Heartbeats, which it
+// implements: a driver gives its SQL, the calls are the same everywhere.
+// Durations are read as microseconds.
+type HeartbeatSQL struct {
+	Create    string // makes the relays table when missing
+	Beat      string // upserts one instance's row, seen now: $1/? the instance
+	Prune     string // deletes rows not seen for $1/? microseconds
+	Instances string // instance, microseconds since seen; newest first
+	Leases    string // owner, partitions, microseconds its latest lease has left
+	Due       string // due events, microseconds the oldest has been due
+}
+
+type heartbeatSQL struct{ q HeartbeatSQL }
+
+// Heartbeats returns the Heartbeats that run q.
+func (q HeartbeatSQL) Heartbeats() store.Heartbeats { return heartbeatSQL{q} }
+
+func (h heartbeatSQL) Create(ctx context.Context, x store.Execer) error {
+	_, err := x.ExecContext(ctx, h.q.Create)
+	return err
+}
+
+func (h heartbeatSQL) Beat(ctx context.Context, x store.Execer, instance string) error {
+	_, err := x.ExecContext(ctx, h.q.Beat, instance)
+	return err
+}
+
+func (h heartbeatSQL) Prune(ctx context.Context, x store.Execer, olderThan time.Duration) error {
+	_, err := x.ExecContext(ctx, h.q.Prune, olderThan.Microseconds())
+	return err
+}
+
+func (h heartbeatSQL) Instances(ctx context.Context, x store.Execer) ([]store.InstanceSeen, error) {
+	return Collect(ctx, x, h.q.Instances, nil, func(rows *sql.Rows) (store.InstanceSeen, error) { return scanInstance(rows) })
+}
+
+func (h heartbeatSQL) Leases(ctx context.Context, x store.Execer) ([]store.LeaseOwner, error) {
+	return Collect(ctx, x, h.q.Leases, nil, func(rows *sql.Rows) (store.LeaseOwner, error) { return scanLeaseOwner(rows) })
+}
+
+func (h heartbeatSQL) Due(ctx context.Context, x store.Execer) (int64, time.Duration, error) {
+	var n, us int64
+	err := QueryRow(ctx, x, h.q.Due, nil, &n, &us)
+	return n, time.Duration(us) * time.Microsecond, err
+}
