@@ -54,11 +54,12 @@ type FailureGroup struct {
 }
 
 // Admin is what the people on call do on one outbox table (the herald command
-// and the admin page), beside what Relay offers them (Stats, Dead, Requeue,
-// RequeueAll, which the implementations reuse). The writes run in a
-// transaction of their own, begun on db as suits the database (MySQL: READ
-// COMMITTED, so that they take no gap locks and pass over the rows relays
-// have claimed instead of waiting for them).
+// and the admin page), beside Relay.Stats. The writes run in a transaction of
+// their own, begun on db as suits the database (MySQL: READ COMMITTED, so
+// that they take no gap locks and pass over the rows relays have claimed
+// instead of waiting for them). A requeue makes a dead event pending again:
+// its attempts and strikes cleared, due now, its age (Stats, Topics) counted
+// from the requeue.
 type Admin interface {
 	// Topics returns the figures of every topic that has pending or dead
 	// events, or events published within the last minute that the retention
@@ -77,15 +78,14 @@ type Admin interface {
 	// picks, by type and last error, the largest group first (then by type
 	// and error).
 	FailingGroups(ctx context.Context, x Execer, f FailingFilter, limit int) ([]FailureGroup, error)
-	// RequeueIDs makes the dead events ids pending again (as Relay.Requeue)
-	// in one transaction, all of them or, when some id is not a dead event,
-	// none: it then returns those ids.
+	// RequeueIDs makes the dead events ids pending again in one
+	// transaction, all of them or, when some id is not a dead event, none:
+	// it then returns those ids.
 	RequeueIDs(ctx context.Context, db DB, ids []string) (notDead []string, err error)
-	// RequeueType makes every dead event of type typ pending again (as
-	// Relay.Requeue) and returns how many.
-	RequeueType(ctx context.Context, db DB, typ string) (int64, error)
-	// RequeueAll makes every dead event pending again (Relay.RequeueAll) and
+	// RequeueType makes every dead event of type typ pending again and
 	// returns how many.
+	RequeueType(ctx context.Context, db DB, typ string) (int64, error)
+	// RequeueAll makes every dead event pending again and returns how many.
 	RequeueAll(ctx context.Context, db DB) (int64, error)
 	// PurgeDead deletes up to limit dead events that died more than olderThan
 	// ago (by the database's clock) and returns how many. It never touches

@@ -43,8 +43,8 @@
 //   - relay.go: the Relay and the statements its files share;
 //   - claim.go, batch.go, mark.go: Relay.Claim, the Batch it returns, the
 //     marks;
-//   - recovery.go, stats.go, dead.go, cleanup.go: Relay.RecoverOutage,
-//     Stats, the dead events, Cleanup;
+//   - recovery.go, stats.go, cleanup.go: Relay.RecoverOutage, Stats,
+//     Cleanup;
 //   - leases.go, heartbeat.go: the partition leases, the relays' heartbeats;
 //   - admin.go: Admin;
 //   - waker.go, wal.go: Waker, WALOutbox and WAL (on MySQL and SQLite, what

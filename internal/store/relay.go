@@ -110,15 +110,6 @@ type Relay interface {
 
 	// Stats counts pending, failing and dead events and the oldest pending age.
 	Stats(ctx context.Context, x Execer) (Stats, error)
-	// Dead lists up to limit dead events, oldest death first.
-	Dead(ctx context.Context, x Execer, limit int) ([]Row, error)
-	// Requeue makes the dead event id pending again, committed on db (in a
-	// transaction begun as Driver.LockingTx says, where that matters);
-	// false if it is not dead. A driver with Position forgets it after the
-	// commit: a claim that ran before did not see the row.
-	Requeue(ctx context.Context, db DB, id string) (bool, error)
-	// RequeueAll makes every dead event pending again, as Requeue does.
-	RequeueAll(ctx context.Context, db DB) (int64, error)
 	// Cleanup deletes up to limit events processed before olderThan ago,
 	// unless another instance is cleaning.
 	Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)

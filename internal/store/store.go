@@ -141,8 +141,8 @@ type Driver interface {
 // Row is one outbox row: the one shape the store's operations read and
 // write. Insert takes the columns an event is written with (ID to
 // OccurredAt); a claim also reads the row's Seq (where the driver marks by
-// it), Attempts, Strikes and the claim's Lease; Dead also reads LastError and
-// DeadAt.
+// it), Attempts, Strikes and the claim's Lease; Admin.FindDead also reads
+// LastError and DeadAt.
 type Row struct {
 	ID            string // a UUID
 	Type          string

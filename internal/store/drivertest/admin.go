@@ -11,6 +11,8 @@ import (
 var adminTests = []test{
 	{"Topics", testAdminTopics},
 	{"FindDeadFilters", testAdminFindDead},
+	{"FindDeadOldestFirst", testAdminFindDeadRows},
+	{"RequeueOnlyDead", testAdminRequeueOnlyDead},
 	{"RequeueIDsAllOrNone", testAdminRequeueIDs},
 	{"RequeueTypeAndAll", testAdminRequeueTypeAndAll},
 	{"PurgeDeadOnlyOldDead", testAdminPurgeDead},
@@ -249,5 +251,53 @@ func testAdminRequeueAge(t tb.TB, e *env) {
 	must(t, err)
 	if ts, err = ad.Topics(e.ctx, e.db); err != nil || ts[0].OldestPending > time.Minute {
 		t.Fatalf("Topics after RequeueAll = %+v, %v", ts, err)
+	}
+}
+
+// FindDead lists dead events, oldest death first, with their last error,
+// attempts and time of death, up to limit.
+func testAdminFindDeadRows(t tb.TB, e *env) {
+	evs := evIDs(e.insert("t", "a", 4))
+	e.kill(evs[2], 2*time.Hour, "first")
+	e.kill(evs[0], time.Hour, "second")
+	e.kill(evs[3], time.Minute, "third")
+	dead, err := e.admin().FindDead(e.ctx, e.db, store.DeadFilter{}, 2)
+	must(t, err)
+	if len(dead) != 2 || dead[0].ID != evs[2] || dead[0].LastError != "first" || dead[1].ID != evs[0] {
+		t.Fatalf("FindDead(2) = %+v", dead)
+	}
+	if dead[0].Attempts != 3 || dead[0].DeadAt.IsZero() || !dead[0].DeadAt.Before(dead[1].DeadAt) {
+		t.Fatalf("FindDead(2) = %+v", dead)
+	}
+}
+
+// A requeue makes a dead event pending again, with its attempts and strikes
+// cleared and due now; it leaves pending and unknown events alone.
+// RequeueAll requeues every dead event and counts them.
+func testAdminRequeueOnlyDead(t tb.TB, e *env) {
+	evs := evIDs(e.insert("t", "a", 4))
+	for _, id := range evs[:3] {
+		e.kill(id, time.Hour, "boom")
+	}
+	notDead, err := e.admin().RequeueIDs(e.ctx, e.db, evs[:1])
+	must(t, err)
+	if len(notDead) != 0 {
+		t.Fatalf("RequeueIDs of a dead event: not dead = %v", notDead)
+	}
+	if r := e.row(evs[0]); r.dead || r.attempts != 0 || r.strikes != 0 || r.wait > time.Second {
+		t.Fatalf("the requeued row: %+v", r)
+	}
+	for _, id := range []string{evs[0], evs[3], "00000000-0000-0000-0000-000000000000"} {
+		if notDead, err := e.admin().RequeueIDs(e.ctx, e.db, []string{id}); err != nil || len(notDead) != 1 || notDead[0] != id {
+			t.Fatalf("RequeueIDs of %s, not dead = %v, %v, want it returned", id, notDead, err)
+		}
+	}
+	n, err := e.admin().RequeueAll(e.ctx, e.db)
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("RequeueAll = %d, want 2", n)
+	}
+	if got := len(e.claim(10)); got != 4 {
+		t.Fatalf("claimed %d after the requeues, want 4", got)
 	}
 }

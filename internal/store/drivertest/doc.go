@@ -5,7 +5,7 @@
 //
 // There is one file per interface of package store: outbox.go (store.Outbox),
 // inbox.go (store.Inbox), relay.go (store.Relay: claims, marks, figures,
-// requeues, cleanup), leases.go (store.Leases), admin.go (store.Admin) and
+// cleanup), leases.go (store.Leases), admin.go (store.Admin) and
 // waker.go (store.Waker). A test that needs something not every database
 // offers skips by what the driver declares (its Caps, a nil Waker, no
 // tokens from Insert), never by the database's name.

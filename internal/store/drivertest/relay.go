@@ -27,8 +27,6 @@ var relayTests = []test{
 	{"SweepDeclaredByCaps", testRelaySweepDeclared},
 	{"PartitionsDeclaredByCaps", testRelayPartitionsDeclared},
 	{"Stats", testRelayStats},
-	{"DeadOldestFirst", testRelayDead},
-	{"RequeueOnlyDead", testRelayRequeue},
 	{"Cleanup", testRelayCleanup},
 	{"CreateCheck", testRelayCreateCheck},
 	{"CheckNamesMissingMigration", testRelayCheckOutdated},
@@ -494,54 +492,6 @@ func testRelayStats(t tb.TB, e *env) {
 	}
 	if s.OldestPending < 59*time.Minute || s.OldestPending > 61*time.Minute {
 		t.Fatalf("OldestPending = %v, want about an hour", s.OldestPending)
-	}
-}
-
-// Dead lists dead events, oldest death first, with their last error, up to
-// limit.
-func testRelayDead(t tb.TB, e *env) {
-	evs := evIDs(e.insert("t", "a", 4))
-	e.kill(evs[2], 2*time.Hour, "first")
-	e.kill(evs[0], time.Hour, "second")
-	e.kill(evs[3], time.Minute, "third")
-	dead, err := e.rel.Dead(e.ctx, e.db, 2)
-	must(t, err)
-	if len(dead) != 2 || dead[0].ID != evs[2] || dead[0].LastError != "first" || dead[1].ID != evs[0] {
-		t.Fatalf("Dead(2) = %+v", dead)
-	}
-	if dead[0].Attempts != 3 || dead[0].DeadAt.IsZero() || !dead[0].DeadAt.Before(dead[1].DeadAt) {
-		t.Fatalf("Dead(2) = %+v", dead)
-	}
-}
-
-// Requeue makes a dead event pending again, with its attempts and strikes
-// cleared and due now; it leaves pending and unknown events alone.
-// RequeueAll requeues every dead event and counts them.
-func testRelayRequeue(t tb.TB, e *env) {
-	evs := evIDs(e.insert("t", "a", 4))
-	for _, id := range evs[:3] {
-		e.kill(id, time.Hour, "boom")
-	}
-	ok, err := e.rel.Requeue(e.ctx, e.db, evs[0])
-	must(t, err)
-	if !ok {
-		t.Fatal("Requeue of a dead event = false")
-	}
-	if r := e.row(evs[0]); r.dead || r.attempts != 0 || r.strikes != 0 || r.wait > time.Second {
-		t.Fatalf("the requeued row: %+v", r)
-	}
-	for _, id := range []string{evs[0], evs[3], "00000000-0000-0000-0000-000000000000"} {
-		if ok, err := e.rel.Requeue(e.ctx, e.db, id); err != nil || ok {
-			t.Fatalf("Requeue of %s, not dead = %v, %v, want false", id, ok, err)
-		}
-	}
-	n, err := e.rel.RequeueAll(e.ctx, e.db)
-	must(t, err)
-	if n != 2 {
-		t.Fatalf("RequeueAll = %d, want 2", n)
-	}
-	if got := len(e.claim(10)); got != 4 {
-		t.Fatalf("claimed %d after the requeues, want 4", got)
 	}
 }
 

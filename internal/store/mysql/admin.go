@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"strings"
 	"time"
 
@@ -155,7 +156,7 @@ func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64
 }
 
 func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
-	return a.rel.RequeueAll(ctx, db)
+	return a.rel.requeueAll(ctx, db)
 }
 
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
@@ -169,4 +170,48 @@ func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Durat
 		return err
 	})
 	return n, err
+}
+
+// requeue requeues the dead event id in x's transaction.
+func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
+	var seq int64
+	if err := sqlkit.QueryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	n, err := sqlkit.Affected(ctx, x, r.q.requeue, seq)
+	return n > 0, err
+}
+
+// requeueAll makes every dead event pending again at READ COMMITTED,
+// passing over rows relays claimed instead of waiting for them: the dead rows
+// found by a read that locks nothing, then changed by the primary key.
+func (r *relay) requeueAll(ctx context.Context, db store.DB) (int64, error) {
+	var n int64
+	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+		var err error
+		seqs, err := sqlkit.Column[int64](ctx, tx, r.q.deadSeqs)
+		if err != nil {
+			return err
+		}
+		n, err = bySeqs(ctx, tx, r.q.requeueSeqs, seqs)
+		return err
+	})
+	return n, err
+}
+
+// scanDead reads a dead event: the claimed columns, last_error, dead_at.
+func scanDead(rows *sql.Rows) (store.Row, error) {
+	var (
+		lastErr sql.NullString
+		deadAt  any
+	)
+	d, err := scanClaimed(rows, &lastErr, &deadAt)
+	if err != nil {
+		return d, err
+	}
+	d.LastError = lastErr.String
+	d.DeadAt, err = parseTime(deadAt)
+	return d, err
 }

@@ -35,19 +35,18 @@ const partitionExpr = `MOD(CRC32(CASE WHEN o.aggregate_id = '' THEN o.id ELSE CO
 // holds locked.
 const bySeq = `JSON_TABLE(?, '$[*]' COLUMNS (seq BIGINT PATH '$')) AS k STRAIGHT_JOIN {t} AS o FORCE INDEX (PRIMARY) ON o.seq = k.seq`
 
-// requeueSet makes a dead event pending again (Requeue, RequeueAll and the
-// admin's requeues). created_at is reset too: the oldest pending age (Stats,
-// the admin's Topics) counts from the requeue, not from the first insert, or a
-// requeued event would make the outbox unhealthy at once. Nothing else reads
-// created_at (the partitioned outbox is partitioned by occurred_at, which is
-// kept).
+// requeueSet makes a dead event pending again (the admin's requeues).
+// created_at is reset too: the oldest pending age (Stats, the admin's Topics)
+// counts from the requeue, not from the first insert, or a requeued event
+// would make the outbox unhealthy at once. Nothing else reads created_at (the
+// partitioned outbox is partitioned by occurred_at, which is kept).
 const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
 
 type relay struct {
 	sqlkit.Unpositioned // no claim position, no partitions
 	t                   ident.Table
 	q                   struct {
-		claimLocked, claimOrdered, stats, dead, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
+		claimLocked, claimOrdered, stats, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
 		// by fencing: [none, the partition leases]
 		markProcessed, markDelete, markFailed, recoverOutage [2]string
 	}
@@ -113,7 +112,6 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 AND o.avai
 	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), {now}),
   (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
-	q.dead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT ?`)
 	// By the primary key, found first by a read that locks nothing: by the id
 	// key the UPDATE locks the id's entry, then waits for the row a relay's
 	// claim locked, whose mark then waits for that entry (a deadlock). Only a

@@ -136,9 +136,37 @@ func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64
 }
 
 func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
-	return a.rel.RequeueAll(ctx, db)
+	return a.rel.requeueAll(ctx, db)
 }
 
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
 	return sqlkit.Affected(ctx, db, a.q.purge, float64(olderThan.Microseconds()), limit)
+}
+
+// requeue requeues the dead event id in x's transaction.
+func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
+	n, err := sqlkit.Affected(ctx, x, r.q.requeue, id)
+	return n > 0, err
+}
+
+// requeueAll makes every dead event pending again in a statement of its own,
+// then forgets the positions: the events keep their places in the order, and
+// a claim that ran before the commit passed over them.
+func (r *relay) requeueAll(ctx context.Context, db store.DB) (int64, error) {
+	n, err := sqlkit.Affected(ctx, db, r.q.requeueAll)
+	if n > 0 {
+		r.pos.rewind()
+	}
+	return n, err
+}
+
+// scanDead reads a dead event: the claimed columns, last_error, dead_at.
+func scanDead(rows *sql.Rows) (store.Row, error) {
+	var (
+		lastErr sql.NullString
+		deadAt  time.Time
+	)
+	d, err := scanClaimed(rows, &lastErr, &deadAt)
+	d.LastError, d.DeadAt = lastErr.String, deadAt
+	return d, err
 }

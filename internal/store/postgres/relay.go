@@ -27,19 +27,18 @@ const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS h
 
 const claimCols = `o.id::text, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload::text, o.metadata::text, o.occurred_at, o.attempts, o.strikes`
 
-// requeueSet makes a dead event pending again (Requeue, RequeueAll and the
-// admin's requeues). created_at is reset too: the oldest pending age (Stats,
-// the admin's Topics) counts from the requeue, not from the first insert, or a
-// requeued event would make the outbox unhealthy at once. Nothing else reads
-// created_at (the partitioned outbox is partitioned by occurred_at, which is
-// kept).
+// requeueSet makes a dead event pending again (the admin's requeues).
+// created_at is reset too: the oldest pending age (Stats, the admin's Topics)
+// counts from the requeue, not from the first insert, or a requeued event
+// would make the outbox unhealthy at once. Nothing else reads created_at (the
+// partitioned outbox is partitioned by occurred_at, which is kept).
 const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = now(), created_at = now()`
 
 // relay is store.Relay on PostgreSQL. Its files are by job, as every
 // driver's are (the map is in package store's doc): claim.go (the claims and
 // the ordered sweep), batch.go (a claimed batch, which marks itself and keeps
 // or forgets the position), mark.go (the marks and their fence),
-// recovery.go, stats.go, dead.go, cleanup.go, leases.go; and PostgreSQL's
+// recovery.go, stats.go, cleanup.go, leases.go; and PostgreSQL's
 // own: position.go (where claims start: the state machine), frontier.go (the
 // epoch locks and the frontier read from pg_locks), partitions.go (retention
 // by partition drop). This file: the relay's statements and the pieces of SQL
@@ -49,7 +48,7 @@ type relay struct {
 	claims claimQueries
 	marks  markQueries
 	q      struct {
-		recoverOutage, recoverOwned, stats, storage, dead, requeue, requeueAll, cleanup, cleanupDefault string
+		recoverOutage, recoverOwned, stats, storage, requeue, requeueAll, cleanup, cleanupDefault string
 	}
 	leases leases
 	pos    *position // where claims start
@@ -82,7 +81,6 @@ FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
         extract(epoch FROM now() - min(created_at)) AS age
       FROM {t} WHERE {pending}) AS p`)
 	q.storage = storageSQL
-	q.dead = rep.Replace(`SELECT {cols}, o.last_error, o.dead_at FROM {t} o WHERE o.dead_at IS NOT NULL ORDER BY o.dead_at, o.seq LIMIT $1`)
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE id = $1::uuid AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}

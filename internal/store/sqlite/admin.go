@@ -144,9 +144,37 @@ func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64
 }
 
 func (a *admin) RequeueAll(ctx context.Context, db store.DB) (int64, error) {
-	return a.rel.RequeueAll(ctx, db)
+	return a.rel.requeueAll(ctx, db)
 }
 
 func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Duration, limit int) (int64, error) {
 	return sqlkit.Affected(ctx, db, a.q.purge, olderThan.Microseconds(), limit)
+}
+
+// requeue requeues the dead event id in x's transaction.
+func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
+	n, err := sqlkit.Affected(ctx, x, r.q.requeue, id)
+	return n > 0, err
+}
+
+// requeueAll makes every dead event pending again.
+func (r *relay) requeueAll(ctx context.Context, db store.DB) (int64, error) {
+	return sqlkit.Affected(ctx, db, r.q.requeueAll)
+}
+
+// scanDead reads a dead event: the claimed columns, last_error, dead_at.
+func scanDead(rows *sql.Rows) (store.Row, error) {
+	var (
+		d                 store.Row
+		payload, metadata string
+		occurred, deadAt  int64
+		lastErr           sql.NullString
+	)
+	if err := rows.Scan(&d.ID, &d.Type, &d.Version, &d.AggregateType, &d.AggregateID, &d.Topic, &payload, &metadata,
+		&occurred, &d.Attempts, &d.Strikes, &lastErr, &deadAt); err != nil {
+		return d, err
+	}
+	d.Payload, d.Metadata = []byte(payload), []byte(metadata)
+	d.OccurredAt, d.DeadAt, d.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(deadAt).UTC(), lastErr.String
+	return d, nil
 }

@@ -16,20 +16,19 @@ const pending = `processed_at IS NULL AND dead_at IS NULL`
 
 const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`
 
-// requeueSet makes a dead event pending again (Requeue, RequeueAll and the
-// admin's requeues). created_at is reset too: the oldest pending age (Stats,
-// the admin's Topics) counts from the requeue, not from the first insert, or a
-// requeued event would make the outbox unhealthy at once. Nothing else reads
-// created_at (the partitioned outbox is partitioned by occurred_at, which is
-// kept).
+// requeueSet makes a dead event pending again (the admin's requeues).
+// created_at is reset too: the oldest pending age (Stats, the admin's Topics)
+// counts from the requeue, not from the first insert, or a requeued event
+// would make the outbox unhealthy at once. Nothing else reads created_at (the
+// partitioned outbox is partitioned by occurred_at, which is kept).
 const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
 
 type relay struct {
 	sqlkit.Unpositioned // no claim position, no partitions
 	t                   ident.Table
 	q                   struct {
-		dueLeased, claimLeased, claimOrdered, stats, dead, requeue, requeueAll, cleanup, fenceHeld string
-		recoverOutage                                                                              [2]string // [unfenced, fenced]
+		dueLeased, claimLeased, claimOrdered, stats, requeue, requeueAll, cleanup, fenceHeld string
+		recoverOutage                                                                        [2]string // [unfenced, fenced]
 		// by fencing: [none, the claim's lease, the partition leases]
 		markDelete, markProcessed, markFailed [3]string
 		unlease                               string
@@ -100,7 +99,6 @@ WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= 
 	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min(created_at),
   (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
-	q.dead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL ORDER BY dead_at, seq LIMIT ?`)
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE id = ? AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}
