@@ -385,20 +385,20 @@ func TestLaterMigrationIsPickedUp(t *testing.T) {
 		// Self-creation by the later code makes the later objects.
 		fresh := open()
 		testkit.Must(t, next.CreateOutbox(ctx, fresh, outbox))
-		testkit.Must(t, next.CreateRelay(ctx, fresh, outbox, true, true, nil))
+		testkit.Must(t, next.CreateRelay(ctx, fresh, outbox, store.RelayCreateParams{Ordered: true, Retention: true}))
 		testkit.Must(t, next.CheckOutbox(ctx, fresh, outbox))
-		testkit.Must(t, next.CheckRelay(ctx, fresh, outbox, true, true))
+		testkit.Must(t, next.CheckRelay(ctx, fresh, outbox, store.RelayCheckParams{Ordered: true, Retention: true}))
 
 		// Tables today's code made are outdated for the later code, by name
 		// of the migration; Migrate brings them up to date.
 		old := open()
 		testkit.Must(t, now.CreateOutbox(ctx, old, outbox))
-		testkit.Must(t, now.CreateRelay(ctx, old, outbox, true, true, nil))
+		testkit.Must(t, now.CreateRelay(ctx, old, outbox, store.RelayCreateParams{Ordered: true, Retention: true}))
 		testkit.Must(t, next.CreateOutbox(ctx, old, outbox)) // makes the missing table, alters nothing
-		if err := next.CheckRelay(ctx, old, outbox, true, true); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), col) {
+		if err := next.CheckRelay(ctx, old, outbox, store.RelayCheckParams{Ordered: true, Retention: true}); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), col) {
 			t.Fatalf("relay check of today's tables: %v, want ErrSchemaOutdated naming %s", err, col)
 		}
-		if err := next.CheckRelay(ctx, old, outbox, false, true); err != nil {
+		if err := next.CheckRelay(ctx, old, outbox, store.RelayCheckParams{Retention: true}); err != nil {
 			t.Fatalf("unordered relay check (no lease table needed): %v", err)
 		}
 		oldDB := open()
@@ -411,7 +411,7 @@ func TestLaterMigrationIsPickedUp(t *testing.T) {
 				t.Fatalf("Migrate: %v", err)
 			}
 			testkit.Must(t, next.CheckOutbox(ctx, db, outbox))
-			testkit.Must(t, next.CheckRelay(ctx, db, outbox, true, true))
+			testkit.Must(t, next.CheckRelay(ctx, db, outbox, store.RelayCheckParams{Ordered: true, Retention: true}))
 		}
 	})
 }

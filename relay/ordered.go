@@ -101,7 +101,7 @@ func (l *leases) tick(ctx context.Context) error {
 		}
 		mine = mine[:fair]
 	} else if len(mine) < fair {
-		got, err := l.st.Acquire(ctx, db, cfg.InstanceID, cfg.LeaseDuration, fair-len(mine), cfg.Partitions)
+		got, err := l.st.Acquire(ctx, db, store.AcquireParams{Instance: cfg.InstanceID, Lease: cfg.LeaseDuration, Limit: fair - len(mine), Partitions: cfg.Partitions})
 		if err != nil {
 			return fmt.Errorf("acquire: %w", err)
 		}

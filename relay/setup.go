@@ -75,10 +75,10 @@ func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error 
 			return fmt.Errorf("create partitioned outbox: %w", err)
 		}
 	}
-	if err := r.st.Create(ctx, r.db, r.cfg.Ordered, r.cfg.Retention > 0, skip); err != nil {
+	if err := r.st.Create(ctx, r.db, store.RelayCreateParams{Ordered: r.cfg.Ordered, Retention: r.cfg.Retention > 0, Skip: skip}); err != nil {
 		return err
 	}
-	if err := r.st.Check(ctx, r.db, r.cfg.Ordered, r.cfg.Retention > 0); err != nil {
+	if err := r.st.Check(ctx, r.db, store.RelayCheckParams{Ordered: r.cfg.Ordered, Retention: r.cfg.Retention > 0}); err != nil {
 		return err
 	}
 	if !r.cfg.DropPartitions {

@@ -43,8 +43,8 @@ func testRelayLeaseGenerations(t *testing.T, dl testkit.Dialect) {
 	}
 	// Self-creation alters no table that was there: the relay refuses the
 	// lease table at start, naming the migration, which adds the column.
-	must(t, st.Create(ctx, sqlDB, true, false, nil))
-	if err := st.Check(ctx, sqlDB, true, false); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), "0005_lease_generation") {
+	must(t, st.Create(ctx, sqlDB, store.RelayCreateParams{Ordered: true}))
+	if err := st.Check(ctx, sqlDB, store.RelayCheckParams{Ordered: true}); !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), "0005_lease_generation") {
 		t.Fatalf("the relay's check of a lease table without its generation: %v; want ErrSchemaOutdated naming 0005", err)
 	}
 	add, err := migrate.Objects(drv.Migrations(), "0005_lease_generation.up.sql", store.DefaultOutbox, table, drv.Quote)
@@ -54,15 +54,15 @@ func testRelayLeaseGenerations(t *testing.T, dl testkit.Dialect) {
 		must(t, err)
 	}
 	must(t, e.db.Exec(gen).Error)
-	must(t, st.Check(ctx, sqlDB, true, false))
-	must(t, st.Create(ctx, sqlDB, true, false, nil)) // nothing left to do
+	must(t, st.Check(ctx, sqlDB, store.RelayCheckParams{Ordered: true}))
+	must(t, st.Create(ctx, sqlDB, store.RelayCreateParams{Ordered: true})) // nothing left to do
 
 	l := st.Leases()
 	must(t, l.Seed(ctx, sqlDB, 4))
 	all := []int{0, 1, 2, 3}
 	acquire := func(who string, want int64) *store.Fence {
 		t.Helper()
-		got, err := l.Acquire(ctx, sqlDB, who, time.Minute, 4, 4)
+		got, err := l.Acquire(ctx, sqlDB, store.AcquireParams{Instance: who, Lease: time.Minute, Limit: 4, Partitions: 4})
 		must(t, err)
 		if len(got) != 4 {
 			t.Fatalf("%s acquired %v, want the 4 partitions", who, got)

@@ -76,16 +76,37 @@ type Stats struct {
 	OldestXactKnown bool
 }
 
+// RelayCreateParams say what Relay.Create makes: the relay's additions a
+// relay in this mode needs.
+type RelayCreateParams struct {
+	// Ordered: the relay runs in ordered mode (its lease and instance
+	// tables, the indexes of ordered claims).
+	Ordered bool
+	// Retention: the relay keeps published events (the processed index).
+	Retention bool
+	// Skip, when an optional index could not be created, says whether the
+	// relay goes on without it (name is the index's, err the failure); with
+	// nil, Create returns the failure.
+	Skip func(name string, err error) bool
+}
+
+// RelayCheckParams say what Relay.Check checks: the relay's additions a
+// relay in this mode needs (as RelayCreateParams).
+type RelayCheckParams struct {
+	Ordered, Retention bool
+}
+
 // Relay is every operation the relay does on one outbox table.
 type Relay interface {
-	// Create creates the relay's additions to the outbox when missing: the
-	// lease tables of ordered mode (required) and the indexes of ordered
-	// claims, dead events and retention (optional: when creating one fails
-	// and skip(name, err) says so, the relay goes on without it).
-	Create(ctx context.Context, x Execer, ordered, retention bool, skip func(name string, err error) bool) error
+	// Create creates the relay's additions to the outbox that a relay in
+	// p's mode needs when missing: the lease tables of ordered mode
+	// (required) and the indexes of ordered claims, dead events and
+	// retention (optional: when creating one fails and p.Skip says so, the
+	// relay goes on without it).
+	Create(ctx context.Context, x Execer, p RelayCreateParams) error
 	// Check is Outbox.Check for what the relay uses: the outbox table itself
-	// and the relay's additions that a relay in this mode needs.
-	Check(ctx context.Context, x Execer, ordered, retention bool) error
+	// and the relay's additions that a relay in p's mode needs.
+	Check(ctx context.Context, x Execer, p RelayCheckParams) error
 
 	// Claim claims up to p.Limit due events through db, the way this
 	// database does it (locking the rows in a transaction the batch keeps,
@@ -150,6 +171,16 @@ type Recovery struct {
 	Fence         *Fence
 }
 
+// AcquireParams say what Leases.Acquire takes.
+type AcquireParams struct {
+	// Instance takes the partitions, each for Lease.
+	Instance string
+	Lease    time.Duration
+	// Limit is the most partitions taken, of the first Partitions (those
+	// below it).
+	Limit, Partitions int
+}
+
 // Leases is the partition lease table and the instance heartbeat table of one
 // outbox.
 type Leases interface {
@@ -164,9 +195,9 @@ type Leases interface {
 	Renew(ctx context.Context, x Execer, instance string, lease time.Duration) ([]Lease, error)
 	// Release gives instance's partitions back.
 	Release(ctx context.Context, x Execer, instance string, parts []int) error
-	// Acquire takes up to n expired partitions below partitions for instance,
-	// each under a new generation, and returns them.
-	Acquire(ctx context.Context, db DB, instance string, lease time.Duration, n, partitions int) ([]Lease, error)
+	// Acquire takes up to p.Limit expired partitions below p.Partitions for
+	// p.Instance, for p.Lease, each under a new generation, and returns them.
+	Acquire(ctx context.Context, db DB, p AcquireParams) ([]Lease, error)
 	// ReleaseAll gives all of instance's partitions back.
 	ReleaseAll(ctx context.Context, x Execer, instance string) error
 	// Leave forgets instance's heartbeat.

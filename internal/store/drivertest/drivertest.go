@@ -81,7 +81,7 @@ func newEnv(t tb.TB, h Harness) *env {
 		table: ident.MustTable(store.DefaultOutbox)}
 	e.out, e.rel = e.drv.Outbox(e.table), e.drv.Relay(e.table)
 	must(t, e.out.Create(e.ctx, e.db))
-	must(t, e.rel.Create(e.ctx, e.db, true, true, nil))
+	must(t, e.rel.Create(e.ctx, e.db, store.RelayCreateParams{Ordered: true, Retention: true}))
 	must(t, e.drv.Inbox(ident.MustTable(store.DefaultInbox)).Create(e.ctx, e.db))
 	return e
 }

@@ -39,19 +39,19 @@ func testLeasesAcquireRenewRelease(t tb.TB, e *env) {
 	ls := e.rel.Leases()
 	must(t, ls.Seed(e.ctx, e.db, 4))
 	must(t, ls.Seed(e.ctx, e.db, 4))
-	a, err := ls.Acquire(e.ctx, e.db, "a", time.Minute, 2, 4)
+	a, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "a", Lease: time.Minute, Limit: 2, Partitions: 4})
 	must(t, err)
 	if len(a) != 2 {
 		t.Fatalf("a acquired %v, want 2 partitions", a)
 	}
-	b, err := ls.Acquire(e.ctx, e.db, "b", time.Minute, 10, 3)
+	b, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "b", Lease: time.Minute, Limit: 10, Partitions: 3})
 	must(t, err)
 	for _, p := range parts(b) {
 		if slices.Contains(parts(a), p) || p >= 3 {
 			t.Fatalf("b acquired %v while a holds %v (of partitions below 3)", b, a)
 		}
 	}
-	if got, err := ls.Acquire(e.ctx, e.db, "c", time.Minute, 10, 3); err != nil || len(got) != 0 {
+	if got, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "c", Lease: time.Minute, Limit: 10, Partitions: 3}); err != nil || len(got) != 0 {
 		t.Fatalf("c acquired %v, %v with every partition below 3 held", got, err)
 	}
 
@@ -67,7 +67,7 @@ func testLeasesAcquireRenewRelease(t tb.TB, e *env) {
 	if got, _ := ls.Renew(e.ctx, e.db, "a", time.Minute); len(got) != 1 {
 		t.Fatalf("a renewed %v after releasing one of two", got)
 	}
-	c, err := ls.Acquire(e.ctx, e.db, "c", time.Minute, 10, 4)
+	c, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "c", Lease: time.Minute, Limit: 10, Partitions: 4})
 	must(t, err)
 	cg := gens(c)
 	if g, ok := cg[first]; !ok || g <= gens(a)[first] {
@@ -97,7 +97,7 @@ func maps(a, b map[int]int64) bool {
 func testLeasesTakeOver(t tb.TB, e *env) {
 	ls := e.rel.Leases()
 	must(t, ls.Seed(e.ctx, e.db, 1))
-	a, err := ls.Acquire(e.ctx, e.db, "a", 20*time.Millisecond, 1, 1)
+	a, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "a", Lease: 20 * time.Millisecond, Limit: 1, Partitions: 1})
 	must(t, err)
 	if len(a) != 1 {
 		t.Fatalf("a acquired %v", a)
@@ -106,7 +106,7 @@ func testLeasesTakeOver(t tb.TB, e *env) {
 	if got, err := ls.Renew(e.ctx, e.db, "a", time.Minute); err != nil || len(got) != 0 {
 		t.Fatalf("Renew of a lease that ran out = %v, %v", got, err)
 	}
-	b, err := ls.Acquire(e.ctx, e.db, "b", time.Minute, 1, 1)
+	b, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "b", Lease: time.Minute, Limit: 1, Partitions: 1})
 	must(t, err)
 	if len(b) != 1 || b[0].Generation <= a[0].Generation {
 		t.Fatalf("b acquired %v after a's %v ran out", b, a)

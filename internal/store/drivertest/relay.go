@@ -286,7 +286,7 @@ func testRelaySavepoint(t tb.TB, e *env) {
 func testRelayFencedMarksLostLease(t tb.TB, e *env) {
 	ls := e.rel.Leases()
 	must(t, ls.Seed(e.ctx, e.db, 1))
-	mine, err := ls.Acquire(e.ctx, e.db, "paused", 20*time.Millisecond, 1, 1)
+	mine, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "paused", Lease: 20 * time.Millisecond, Limit: 1, Partitions: 1})
 	must(t, err)
 	if len(mine) != 1 {
 		t.Fatalf("Acquire = %v, want partition 0", mine)
@@ -296,7 +296,7 @@ func testRelayFencedMarksLostLease(t tb.TB, e *env) {
 	sameIDs(t, "ordered claim", ids(stale.Rows()), evs)
 
 	time.Sleep(100 * time.Millisecond) // the lease runs out
-	theirs, err := ls.Acquire(e.ctx, e.db, "other", time.Minute, 1, 1)
+	theirs, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "other", Lease: time.Minute, Limit: 1, Partitions: 1})
 	must(t, err)
 	if len(theirs) != 1 || theirs[0].Generation == mine[0].Generation {
 		t.Fatalf("take-over Acquire = %v after %v", theirs, mine)
@@ -363,7 +363,7 @@ func testRelayRecoverOutage(t tb.TB, e *env) {
 
 	ls := e.rel.Leases()
 	must(t, ls.Seed(e.ctx, e.db, 1))
-	mine, err := ls.Acquire(e.ctx, e.db, "me", time.Minute, 1, 1)
+	mine, err := ls.Acquire(e.ctx, e.db, store.AcquireParams{Instance: "me", Lease: time.Minute, Limit: 1, Partitions: 1})
 	must(t, err)
 	both := store.Recovery{Since: since.Add(-time.Second), Topics: []string{"b.happened"}, Types: []string{"b.happened"}}
 	both.Fence = &store.Fence{Instance: "me", Partitions: 1, Leases: []store.Lease{{Partition: 0, Generation: mine[0].Generation + 1}}}
@@ -523,9 +523,9 @@ func testRelayCleanup(t tb.TB, e *env) {
 
 // The relay's Create is idempotent and Check finds its additions.
 func testRelayCreateCheck(t tb.TB, e *env) {
-	must(t, e.rel.Create(e.ctx, e.db, true, true, nil))
+	must(t, e.rel.Create(e.ctx, e.db, store.RelayCreateParams{Ordered: true, Retention: true}))
 	for _, ordered := range []bool{false, true} {
-		must(t, e.rel.Check(e.ctx, e.db, ordered, true))
+		must(t, e.rel.Check(e.ctx, e.db, store.RelayCheckParams{Ordered: ordered, Retention: true}))
 	}
 }
 
@@ -534,9 +534,9 @@ func testRelayCreateCheck(t tb.TB, e *env) {
 // the lease table) and not otherwise.
 func testRelayCheckOutdated(t tb.TB, e *env) {
 	e.exec(`ALTER TABLE ` + e.drv.Quote(e.table.Derived("_leases")) + ` DROP COLUMN generation`)
-	err := e.rel.Check(e.ctx, e.db, true, false)
+	err := e.rel.Check(e.ctx, e.db, store.RelayCheckParams{Ordered: true, Retention: false})
 	if !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), "0005_lease_generation") {
 		t.Fatalf("Check without the leases' generation = %v, want ErrSchemaOutdated naming 0005_lease_generation", err)
 	}
-	must(t, e.rel.Check(e.ctx, e.db, false, false))
+	must(t, e.rel.Check(e.ctx, e.db, store.RelayCheckParams{Ordered: false, Retention: false}))
 }

@@ -216,26 +216,26 @@ func (s Schema) CheckOutbox(ctx context.Context, x store.Execer, t ident.Table) 
 	return CheckSchema(ctx, x, objs, s.Exists)
 }
 
-// CreateRelay creates the relay's additions to the outbox t that the mode
-// needs when missing; an index whose creation fails is left out when skip
+// CreateRelay creates the relay's additions to the outbox t that p's mode
+// needs when missing; an index whose creation fails is left out when p.Skip
 // says so.
-func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, ordered, retention bool, skip func(string, error) bool) error {
-	objs, err := RelayObjects(s.FS, t, s.Quote, ordered, retention)
+func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, p store.RelayCreateParams) error {
+	objs, err := RelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
 	if err != nil {
 		return err
 	}
-	return s.create(ctx, x, objs, skip)
+	return s.create(ctx, x, objs, p.Skip)
 }
 
 // CheckRelay checks what the relay uses: the outbox t itself (not the
 // writers' tables derived from it, on which a relay role may have no
-// privilege) and the relay's additions the mode needs.
-func (s Schema) CheckRelay(ctx context.Context, x store.Execer, t ident.Table, ordered, retention bool) error {
+// privilege) and the relay's additions p's mode needs.
+func (s Schema) CheckRelay(ctx context.Context, x store.Execer, t ident.Table, p store.RelayCheckParams) error {
 	out, err := OutboxObjects(s.FS, t, s.Quote)
 	if err != nil {
 		return err
 	}
-	rel, err := RelayObjects(s.FS, t, s.Quote, ordered, retention)
+	rel, err := RelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
 	if err != nil {
 		return err
 	}

@@ -64,20 +64,20 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 // Acquire locks expired partitions (skipping those another instance is
 // taking) and takes them, in one READ COMMITTED transaction (no RETURNING, and
 // no UPDATE with a subquery on the table it updates).
-func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
+func (l leases) Acquire(ctx context.Context, db store.DB, p store.AcquireParams) ([]store.Lease, error) {
 	tx, err := db.BeginTx(ctx, readCommitted)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
 	got, err := sqlkit.Column[int](ctx, tx, "SELECT `partition` FROM "+l.t+" WHERE expires_at <= "+Now+" AND `partition` < ? ORDER BY `partition` LIMIT ? FOR UPDATE SKIP LOCKED",
-		partitions, n)
+		p.Partitions, p.Limit)
 	if err != nil || len(got) == 0 {
 		return nil, err
 	}
 	in := "`partition` IN (" + placeholders(len(got)) + ")"
 	if _, err := tx.ExecContext(ctx, "UPDATE "+l.t+" SET owner = ?, expires_at = "+Now+" + INTERVAL ? MICROSECOND, generation = generation + 1 WHERE "+in,
-		append([]any{instance, lease.Microseconds()}, anys(got)...)...); err != nil {
+		append([]any{p.Instance, p.Lease.Microseconds()}, anys(got)...)...); err != nil {
 		return nil, err
 	}
 	out, err := sqlkit.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, anys(got), sqlkit.ScanLease)

@@ -68,7 +68,7 @@ WHERE table_schema = DATABASE() AND table_name = ?`, string(tbl.Name))
 	if err := drv.Outbox(tbl).Create(ctx, old); err != nil {
 		t.Fatal(err)
 	}
-	if err := drv.Relay(tbl).Create(ctx, old, false, false, nil); err != nil {
+	if err := drv.Relay(tbl).Create(ctx, old, store.RelayCreateParams{}); err != nil {
 		t.Fatal(err)
 	}
 	if q, p := indexes(old); q || !p {

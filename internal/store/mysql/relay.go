@@ -130,12 +130,12 @@ WHERE seq = ? AND dead_at IS NOT NULL`)
 	return r
 }
 
-func (r *relay) Create(ctx context.Context, x store.Execer, ordered, retention bool, skip func(string, error) bool) error {
-	return schema.CreateRelay(ctx, x, r.t, ordered, retention, skip)
+func (r *relay) Create(ctx context.Context, x store.Execer, p store.RelayCreateParams) error {
+	return schema.CreateRelay(ctx, x, r.t, p)
 }
 
-func (r *relay) Check(ctx context.Context, x store.Execer, ordered, retention bool) error {
-	return schema.CheckRelay(ctx, x, r.t, ordered, retention)
+func (r *relay) Check(ctx context.Context, x store.Execer, p store.RelayCheckParams) error {
+	return schema.CheckRelay(ctx, x, r.t, p)
 }
 
 // bySeqs runs q on the rows seqs (its first argument, a JSON array), a

@@ -32,7 +32,7 @@ func TestOrderedClaimStartsAtARetryDueByTheDatabasesClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRelay(tbl)
-	if err := r.Create(ctx, db, true, false, nil); err != nil {
+	if err := r.Create(ctx, db, store.RelayCreateParams{Ordered: true}); err != nil {
 		t.Fatal(err)
 	}
 	// This process's clock, stepped by the test.

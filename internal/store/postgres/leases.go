@@ -66,8 +66,8 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 // Acquire takes expired partitions; when it took any, the claims start at the
 // head again (their previous owner may have left events below where this
 // instance last claimed them).
-func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
-	got, err := sqlkit.Collect(ctx, db, l.acquire, []any{instance, ms(lease), n, partitions}, sqlkit.ScanLease)
+func (l leases) Acquire(ctx context.Context, db store.DB, p store.AcquireParams) ([]store.Lease, error) {
+	got, err := sqlkit.Collect(ctx, db, l.acquire, []any{p.Instance, ms(p.Lease), p.Limit, p.Partitions}, sqlkit.ScanLease)
 	if len(got) > 0 {
 		l.pos.rewind()
 	}

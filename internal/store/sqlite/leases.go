@@ -53,10 +53,10 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 	return err
 }
 
-func (l leases) Acquire(ctx context.Context, db store.DB, instance string, lease time.Duration, n, partitions int) ([]store.Lease, error) {
+func (l leases) Acquire(ctx context.Context, db store.DB, p store.AcquireParams) ([]store.Lease, error) {
 	return sqlkit.Collect(ctx, db, `UPDATE `+l.t+` SET owner = ?, expires_at = `+Now+` + ?, generation = generation + 1
 WHERE partition IN (SELECT partition FROM `+l.t+` WHERE expires_at <= `+Now+` AND partition < ? ORDER BY partition LIMIT ?)
-RETURNING partition, generation`, []any{instance, lease.Microseconds(), partitions, n}, sqlkit.ScanLease)
+RETURNING partition, generation`, []any{p.Instance, p.Lease.Microseconds(), p.Partitions, p.Limit}, sqlkit.ScanLease)
 }
 
 func (l leases) ReleaseAll(ctx context.Context, x store.Execer, instance string) error {
