@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-
-	"github.com/heraldgo/herald/internal/store"
 )
 
 // DefaultRelayTimeout is the default Config.RelayTimeout: a relay seen (a
@@ -83,10 +81,7 @@ func (r Relays) LastSeen() (time.Duration, bool) {
 // table (a row per partition) and the due pending events.
 func (o *Outbox) Relays(ctx context.Context) (Relays, error) {
 	rs := Relays{AliveWithinSeconds: o.cfg.RelayTimeout.Seconds(), Instances: []RelayInstance{}}
-	hb := store.HeartbeatsOf(o.drv, o.table)
-	if hb == nil {
-		return rs, nil
-	}
+	hb := o.drv.Heartbeats(o.table)
 	n, overdue, err := hb.Due(ctx, o.db)
 	if err != nil {
 		return Relays{}, fmt.Errorf("admin: relays: due events: %w", err)

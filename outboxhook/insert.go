@@ -59,7 +59,7 @@ func (p *Plugin) insertBatch(ctx context.Context, pool gorm.ConnPool, b *batch, 
 			return 0, nil, err
 		}
 	}
-	n, toks, err := p.out.Insert(ctx, pool, b.evs, tokens)
+	n, toks, err := p.out.Insert(ctx, pool, store.OutboxInsertParams{Rows: b.evs, Tokens: tokens})
 	if err != nil {
 		if errors.Is(err, store.ErrTableMissing) {
 			return 0, nil, fmt.Errorf("%w: %s: %w", ErrTableMissing, p.cfg.Table, err)

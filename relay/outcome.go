@@ -5,11 +5,10 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/outbound"
-	"github.com/heraldgo/herald/internal/store"
 )
 
-// lastError is err as stored in last_error (store.LastError).
-func lastError(err error) string { return store.LastError(err) }
+// lastError is err as stored in last_error (outbound.LastError).
+func lastError(err error) string { return outbound.LastError(err) }
 
 // outcome is the result of publishing a batch.
 type outcome struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -72,7 +73,7 @@ func (s *session) park(ctx context.Context, items []*held) error {
 		if h.err != nil {
 			// A confirmed failure (a strike), due at once: the table
 			// relay's backoff applies from its first retry.
-			fails = append(fails, store.Failure{ID: h.row.ID, Err: store.LastError(h.err), Strike: true})
+			fails = append(fails, store.Failure{ID: h.row.ID, Err: outbound.LastError(h.err), Strike: true})
 		}
 	}
 	tx, err := s.db.BeginTx(ctx, nil)
@@ -80,7 +81,7 @@ func (s *session) park(ctx context.Context, items []*held) error {
 		return fmt.Errorf("walrelay: park: begin: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	if _, _, err := s.r.outbox.Insert(ctx, tx, rows, false); err != nil {
+	if _, _, err := s.r.outbox.Insert(ctx, tx, store.OutboxInsertParams{Rows: rows}); err != nil {
 		return fmt.Errorf("walrelay: park: insert: %w", err)
 	}
 	if len(fails) > 0 {

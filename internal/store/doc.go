@@ -26,8 +26,8 @@
 //
 // A method that would take five arguments or more, or a bool, takes a params
 // struct instead, named after it as River's riverdriver names them
-// (ClaimParams for Relay.Claim, AcquireParams, RelayCreateParams where the
-// method's name alone is not unique): a call then says what each value is.
+// (ClaimParams for Relay.Claim, AcquireParams; OutboxInsertParams and
+// RelayCreateParams where the method's name alone is not unique): a call then says what each value is.
 //
 // What a database cannot do is declared once, in Driver.Caps (a set of
 // Capability values), and an operation it cannot do returns ErrNotSupported.

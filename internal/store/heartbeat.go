@@ -3,8 +3,6 @@ package store
 import (
 	"context"
 	"time"
-
-	"github.com/heraldgo/herald/internal/ident"
 )
 
 // Heartbeats is what the database knows of the relays of one outbox: the
@@ -47,9 +45,3 @@ type LeaseOwner struct {
 	Partitions int
 	Left       time.Duration
 }
-
-// HeartbeatsOf returns d.Heartbeats(t).
-//
-// Deprecated: call Driver.Heartbeats; this is kept until package admin does
-// (walrelay and admin are being split by another change).
-func HeartbeatsOf(d Driver, t ident.Table) Heartbeats { return d.Heartbeats(t) }

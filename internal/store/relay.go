@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"strings"
 	"time"
 )
 
@@ -40,22 +39,10 @@ var ErrLeaseLost = errors.New("partition lease lost to another instance")
 type Failure struct {
 	ID     string
 	Lease  int64  // the claim's lease (Row.Lease): 0 for none
-	Err    string // stored as last_error (valid UTF-8)
+	Err    string // stored as last_error (valid UTF-8: outbound.LastError)
 	Strike bool
 	Dead   bool
 	Delay  time.Duration
-}
-
-// LastError is err as a Failure's Err, stored as last_error on every
-// database: NUL bytes (which PostgreSQL's text refuses) and invalid UTF-8
-// (which a text column may refuse) replaced by U+FFFD, and at most 2,000
-// bytes.
-func LastError(err error) string {
-	msg := strings.ToValidUTF8(strings.ReplaceAll(err.Error(), "\x00", "\uFFFD"), "\uFFFD")
-	if len(msg) > 2000 {
-		msg = strings.ToValidUTF8(msg[:2000], "") + "..."
-	}
-	return msg
 }
 
 // Stats are the outbox's figures.

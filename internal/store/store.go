@@ -188,6 +188,16 @@ const (
 	InProgress
 )
 
+// OutboxInsertParams say what Outbox.Insert writes.
+type OutboxInsertParams struct {
+	// Rows are the events, their columns ID to OccurredAt.
+	Rows []Row
+	// Tokens: also return, by id, each inserted event's token for Settle
+	// (Written.Token); a database that cannot tell another transaction's
+	// fate returns none, and Settle looks the rows up.
+	Tokens bool
+}
+
 // Outbox is every operation on one outbox table.
 type Outbox interface {
 	// Exists reports whether the table exists.
@@ -200,10 +210,10 @@ type Outbox interface {
 	// makes; nil when it is up to date or missing.
 	Check(ctx context.Context, x Execer) error
 
-	// Insert inserts events, leaving rows whose id exists alone, and returns how
-	// many it inserted. With tokens it also returns, by id, a token that tells
-	// Settle later whether the inserting transaction committed.
-	Insert(ctx context.Context, x Execer, evs []Row, tokens bool) (int64, map[uuid.UUID]int64, error)
+	// Insert inserts p.Rows, leaving rows whose id exists alone, and returns
+	// how many it inserted. With p.Tokens it also returns, by id, a token
+	// that tells Settle later whether the inserting transaction committed.
+	Insert(ctx context.Context, x Execer, p OutboxInsertParams) (int64, map[uuid.UUID]int64, error)
 	// Settle tells, for each earlier write, whether its transaction committed.
 	Settle(ctx context.Context, x Execer, ws []Written) ([]Outcome, error)
 	// LockAggregates takes, in x's transaction, a lock per key (sorted) held

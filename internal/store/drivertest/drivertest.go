@@ -109,7 +109,7 @@ func (e *env) insert(typ, aggID string, n int) []store.Row {
 	for i := range evs {
 		evs[i] = event(typ, "account", aggID)
 	}
-	got, _, err := e.out.Insert(e.ctx, e.db, evs, false)
+	got, _, err := e.out.Insert(e.ctx, e.db, store.OutboxInsertParams{Rows: evs})
 	must(e.t, err)
 	if got != int64(n) {
 		e.t.Fatalf("Insert inserted %d of %d", got, n)

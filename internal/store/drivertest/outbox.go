@@ -50,7 +50,7 @@ func testOutboxInsertLeavesExisting(t tb.TB, e *env) {
 	again := evs[0]
 	again.Payload = []byte(`{"changed":true}`)
 	fresh := event("t", "account", "a")
-	n, _, err := e.out.Insert(e.ctx, e.db, []store.Row{again, fresh, evs[1]}, false)
+	n, _, err := e.out.Insert(e.ctx, e.db, store.OutboxInsertParams{Rows: []store.Row{again, fresh, evs[1]}})
 	must(t, err)
 	if n != 1 {
 		t.Fatalf("Insert over 2 existing ids and 1 new = %d, want 1", n)
@@ -71,7 +71,7 @@ func testOutboxInsertLeavesExisting(t tb.TB, e *env) {
 // An insert into a table that does not exist says so (store.ErrTableMissing).
 func testOutboxInsertMissingTable(t tb.TB, e *env) {
 	o := e.drv.Outbox(ident.MustTable("missing_outbox"))
-	if _, _, err := o.Insert(e.ctx, e.db, []store.Row{event("t", "", "")}, false); !errors.Is(err, store.ErrTableMissing) {
+	if _, _, err := o.Insert(e.ctx, e.db, store.OutboxInsertParams{Rows: []store.Row{event("t", "", "")}}); !errors.Is(err, store.ErrTableMissing) {
 		t.Fatalf("Insert into a missing table = %v, want ErrTableMissing", err)
 	}
 }
@@ -80,7 +80,7 @@ func testOutboxInsertMissingTable(t tb.TB, e *env) {
 func testOutboxInsertStoresColumns(t tb.TB, e *env) {
 	ev := event("order.placed", "order", "o-1")
 	ev.Version, ev.Topic, ev.Metadata = 3, "orders", []byte(`{"k":"v"}`)
-	_, _, err := e.out.Insert(e.ctx, e.db, []store.Row{ev}, false)
+	_, _, err := e.out.Insert(e.ctx, e.db, store.OutboxInsertParams{Rows: []store.Row{ev}})
 	must(t, err)
 	cs := e.claim(10)
 	if len(cs) != 1 {
@@ -107,7 +107,7 @@ func testOutboxSettle(t tb.TB, e *env) {
 	write := func(tx *sql.Tx) store.Written {
 		t.Helper()
 		ev := event("t", "account", "a")
-		_, tokens, err := e.out.Insert(e.ctx, tx, []store.Row{ev}, true)
+		_, tokens, err := e.out.Insert(e.ctx, tx, store.OutboxInsertParams{Rows: []store.Row{ev}, Tokens: true})
 		must(t, err)
 		id := uuid.MustParse(ev.ID)
 		return store.Written{ID: id, Token: tokens[id]}
@@ -155,7 +155,7 @@ func testOutboxLockAggregates(t tb.TB, e *env) {
 	must(t, e.out.LockAggregates(e.ctx, first, []int64{42, 7, 42}))
 	// Something written, so that a database whose writers serialize on one
 	// lock holds it from here.
-	_, _, err = e.out.Insert(e.ctx, first, []store.Row{event("t", "account", "a")}, false)
+	_, _, err = e.out.Insert(e.ctx, first, store.OutboxInsertParams{Rows: []store.Row{event("t", "account", "a")}})
 	must(t, err)
 
 	type lockedAt struct {
@@ -197,7 +197,7 @@ func testOutboxAbort(t tb.TB, e *env) {
 	}
 	tx, err := e.db.BeginTx(e.ctx, nil)
 	must(t, err)
-	_, _, err = e.out.Insert(e.ctx, tx, []store.Row{event("t", "account", "a")}, false)
+	_, _, err = e.out.Insert(e.ctx, tx, store.OutboxInsertParams{Rows: []store.Row{event("t", "account", "a")}})
 	must(t, err)
 	e.out.Abort(e.ctx, tx)
 	_ = tx.Commit() // an error, or a COMMIT that rolls back

@@ -406,7 +406,7 @@ func testRelayRecoverOutageInserts(t tb.TB, e *env) {
 
 	inserted := make(chan error, 1)
 	go func() {
-		_, _, err := e.out.Insert(e.ctx, e.db, []store.Row{event("a.happened", "account", "y")}, false)
+		_, _, err := e.out.Insert(e.ctx, e.db, store.OutboxInsertParams{Rows: []store.Row{event("a.happened", "account", "y")}})
 		inserted <- err
 	}()
 	select {

@@ -41,7 +41,8 @@ const maxRows = 1000
 // Insert inserts evs with one multi-row INSERT; if a row's id exists, row by
 // row, leaving existing rows alone. MySQL cannot tell another transaction's
 // fate: no tokens; Settle looks the rows up.
-func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, _ bool) (int64, map[uuid.UUID]int64, error) {
+func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInsertParams) (int64, map[uuid.UUID]int64, error) {
+	evs := p.Rows
 	for i := range evs {
 		e := &evs[i]
 		for col, v := range map[string]string{"type": e.Type, "topic": e.Topic, "aggregate_type": e.AggregateType, "aggregate_id": e.AggregateID} {

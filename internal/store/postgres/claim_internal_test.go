@@ -47,7 +47,7 @@ func TestOrderedClaimStartsAtARetryDueByTheDatabasesClock(t *testing.T) {
 		t.Helper()
 		ev := store.Row{ID: uuid.NewString(), Type: "t", Version: version, AggregateType: "account", AggregateID: "a",
 			Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
-		if _, _, err := o.Insert(ctx, db, []store.Row{ev}, false); err != nil {
+		if _, _, err := o.Insert(ctx, db, store.OutboxInsertParams{Rows: []store.Row{ev}}); err != nil {
 			t.Fatal(err)
 		}
 		return ev.ID

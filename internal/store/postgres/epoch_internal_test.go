@@ -37,7 +37,7 @@ func TestFrontierPerTable(t *testing.T) {
 	}
 	defer func() { _ = tx.Rollback() }()
 	ev := store.Row{ID: uuid.NewString(), Type: "t", Version: 1, Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
-	if _, _, err := o.Insert(ctx, tx, []store.Row{ev}, false); err != nil {
+	if _, _, err := o.Insert(ctx, tx, store.OutboxInsertParams{Rows: []store.Row{ev}}); err != nil {
 		t.Fatal(err)
 	}
 	const held = time.Second
@@ -76,7 +76,7 @@ func TestEpochLockOncePerTransaction(t *testing.T) {
 	defer func() { _ = tx.Rollback() }()
 	insert := func() {
 		ev := store.Row{ID: uuid.NewString(), Type: "t", Version: 1, Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
-		if _, _, err := o.Insert(ctx, tx, []store.Row{ev}, false); err != nil {
+		if _, _, err := o.Insert(ctx, tx, store.OutboxInsertParams{Rows: []store.Row{ev}}); err != nil {
 			t.Fatal(err)
 		}
 	}

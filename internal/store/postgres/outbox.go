@@ -69,7 +69,8 @@ func (o *outbox) Check(ctx context.Context, x store.Execer) error {
 	return schema.CheckOutbox(ctx, x, o.t)
 }
 
-func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, tokens bool) (int64, map[uuid.UUID]int64, error) {
+func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInsertParams) (int64, map[uuid.UUID]int64, error) {
+	evs, tokens := p.Rows, p.Tokens
 	query := o.insert[min(len(evs)-1, 1)][btoi(tokens)]
 	args := insertArgs(evs)
 	if !tokens {

@@ -108,7 +108,8 @@ func checkWALLevel(ctx context.Context, x store.Execer) error {
 // not told apart). With tokens it returns, for each, the full id of the
 // top-level transaction: a savepoint rolled back after the write in a
 // transaction the write path cannot watch is not seen by Settle.
-func (o *walOutbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, tokens bool) (int64, map[uuid.UUID]int64, error) {
+func (o *walOutbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInsertParams) (int64, map[uuid.UUID]int64, error) {
+	evs, tokens := p.Rows, p.Tokens
 	contents := make([]string, len(evs))
 	for i := range evs {
 		b, err := EncodeMessage(&evs[i])

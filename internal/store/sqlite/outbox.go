@@ -38,7 +38,8 @@ const maxRows = 1000
 // Insert inserts evs with multi-row VALUES, leaving rows whose id exists
 // alone. SQLite has no transaction ids: tokens are not returned; Settle looks
 // the rows up instead.
-func (o *outbox) Insert(ctx context.Context, x store.Execer, evs []store.Row, _ bool) (int64, map[uuid.UUID]int64, error) {
+func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInsertParams) (int64, map[uuid.UUID]int64, error) {
+	evs := p.Rows
 	var total int64
 	for len(evs) > 0 {
 		chunk := evs[:min(len(evs), maxRows)]
