@@ -11,10 +11,10 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/logicaltest"
 	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/pgtest"
-	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
@@ -60,8 +60,10 @@ func setupWAL(t *testing.T) (*gorm.DB, string) {
 func walEvents(t *testing.T, db *gorm.DB, slot string) []events.Envelope {
 	t.Helper()
 	var out []events.Envelope
+	d, err := drivers.For(db)
+	must(t, err)
 	for _, c := range logicaltest.Messages(t, db, slot, outboxhook.DefaultWALPrefix) {
-		row, err := postgres.MessageRow([]byte(c))
+		row, err := d.WAL().Decode([]byte(c))
 		must(t, err)
 		env, err := outbound.Envelope(&row)
 		must(t, err)

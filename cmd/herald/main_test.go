@@ -19,9 +19,9 @@ import (
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/logicaltest"
 	"github.com/heraldgo/herald/internal/pgtest"
-	"github.com/heraldgo/herald/internal/store/postgres"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
@@ -524,9 +524,11 @@ func TestRequeueWakesRelays(t *testing.T) {
 	woken := make(chan struct{}, 10)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	d, err := drivers.For(e.db)
+	testkit.Must(t, err)
 	go func() {
 		defer close(done)
-		_ = postgres.Driver{}.Waker().Listen(ctx, sqlDB, "herald_ops_test", func() { woken <- struct{}{} })
+		_ = d.Waker().Listen(ctx, sqlDB, "herald_ops_test", func() { woken <- struct{}{} })
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
