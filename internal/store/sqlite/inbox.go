@@ -3,7 +3,6 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -41,15 +40,7 @@ func (in *inbox) Check(ctx context.Context, x store.Execer) error {
 }
 
 func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
-	res, err := x.ExecContext(ctx, in.insert, consumer, id)
-	if err != nil {
-		if IsTableMissing(err) {
-			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-		}
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n == 1, err
+	return sqlkit.InsertedOne(ctx, x, in.t, IsTableMissing, in.insert, consumer, id)
 }
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.

@@ -68,6 +68,21 @@ func Affected(ctx context.Context, x store.Execer, q string, args ...any) (int64
 	return res.RowsAffected()
 }
 
+// InsertedOne runs q, an INSERT of one row into the table t that adds
+// nothing where the row exists (ON CONFLICT DO NOTHING), and reports whether
+// it added the row; a table that missing says is absent is
+// store.ErrTableMissing (wrapped).
+func InsertedOne(ctx context.Context, x store.Execer, t fmt.Stringer, missing func(error) bool, q string, args ...any) (bool, error) {
+	n, err := Affected(ctx, x, q, args...)
+	if err != nil {
+		if missing(err) {
+			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, t, err)
+		}
+		return false, err
+	}
+	return n == 1, nil
+}
+
 // Savepoint runs f in the transaction tx under a savepoint (SAVEPOINT name,
 // which every database Herald runs on knows): released when f returns nil,
 // rolled back to when it fails, which undoes f's writes alone and leaves tx
