@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -34,8 +35,9 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 }
 
 // claim runs the claim q and returns its rows in seq order, or in the order of
-// rank (by seq) when given; leased: q returns the lease it set last.
-func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased bool, q string, args ...any) ([]store.Row, error) {
+// rank (by seq) when given; leased: q returns the lease it set last;
+// scheduled: q returns whether the row is a scheduled event last.
+func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased, scheduled bool, q string, args ...any) ([]store.Row, error) {
 	out, err := sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var (
 			c                 store.Row
@@ -46,6 +48,9 @@ func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, l
 			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes}
 		if leased {
 			dest = append(dest, &c.Lease)
+		}
+		if scheduled {
+			dest = append(dest, &c.Scheduled)
 		}
 		err := rows.Scan(dest...)
 		c.Payload, c.Metadata, c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
@@ -76,7 +81,7 @@ func (r *relay) claimLeased(ctx context.Context, x store.Execer, limit int, leas
 	for i, seq := range due {
 		rank[seq] = i
 	}
-	return r.claim(ctx, x, rank, true, r.q.claimLeased, lease.Microseconds(), sqlkit.JSONInts(due))
+	return r.claim(ctx, x, rank, true, false, r.q.claimLeased, lease.Microseconds(), sqlkit.JSONInts(due))
 }
 
 // unlease makes the rows due again at about the time they were due before
@@ -91,12 +96,36 @@ func (r *relay) unlease(ctx context.Context, x store.Execer, keys []sqlkit.Key) 
 
 // claimOrdered returns up to limit due events of the owned partitions, in
 // insertion order, leaving out those behind an earlier event of their
-// aggregate that waits for a retry.
+// aggregate that waits for a retry, and ending before the first scheduled
+// event that confirm did not find still due.
 func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Row, error) {
 	if len(owned) == 0 {
 		return nil, nil
 	}
 	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
 	args := append(append([]any{partitions}, anys(owned)...), limit)
-	return r.claim(ctx, x, nil, false, q, args...)
+	rows, err := r.claim(ctx, x, nil, false, true, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return r.confirm(ctx, x, rows)
+}
+
+// confirm returns rows (in seq order) up to the first scheduled one that is
+// no longer pending and due once the transactions writing it have ended (a
+// Reschedule that cancelled or moved it after the claim's read): that row
+// and every later one are left for the next claim, which reads them again
+// (sqlkit.Confirm). It writes only when a row is scheduled.
+func (r *relay) confirm(ctx context.Context, x store.Execer, rows []store.Row) ([]store.Row, error) {
+	out, err := sqlkit.Confirm(ctx, x, rows, func(sched []store.Row) (string, []any) {
+		seqs := make([]int64, len(sched))
+		for i, c := range sched {
+			seqs[i] = c.Seq
+		}
+		return r.q.confirm, []any{sqlkit.JSONInts(seqs)}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("confirm scheduled events: %w", err)
+	}
+	return out, nil
 }

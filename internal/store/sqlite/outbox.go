@@ -14,10 +14,16 @@ import (
 )
 
 // Outbox returns the operations on the outbox table t.
-func (Driver) Outbox(t ident.Table) store.Outbox { return &outbox{t: t} }
+func (Driver) Outbox(t ident.Table) store.Outbox { return newOutbox(t) }
 
 type outbox struct {
 	t ident.Table
+	// resched are Reschedule's statements.
+	resched rescheduleQueries
+}
+
+func newOutbox(t ident.Table) *outbox {
+	return &outbox{t: t, resched: newRescheduleQueries(t)}
 }
 
 func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
@@ -36,14 +42,23 @@ func (o *outbox) Check(ctx context.Context, x store.Execer) error {
 const maxRows = 1000
 
 // Insert inserts evs with multi-row VALUES, leaving rows whose id exists
-// alone. SQLite has no transaction ids: tokens are not returned; Settle looks
-// the rows up instead.
+// alone; a statement with a scheduled event is the scheduled insert
+// (scheduledInsert), every other the statement it always was. SQLite has no
+// transaction ids: tokens are not returned; Settle looks the rows up instead.
 func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInsertParams) (int64, map[uuid.UUID]int64, error) {
 	evs := p.Rows
 	var total int64
 	for len(evs) > 0 {
 		chunk := evs[:min(len(evs), maxRows)]
 		evs = evs[len(chunk):]
+		if scheduled(chunk) {
+			n, err := o.scheduledInsert(ctx, x, chunk)
+			total += n
+			if err != nil {
+				return total, nil, err
+			}
+			continue
+		}
 		var b strings.Builder
 		b.WriteString(`INSERT INTO ` + o.t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, part_key, topic, payload, metadata, occurred_at) VALUES `)
 		args := make([]any, 0, 10*len(chunk))
@@ -59,15 +74,21 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInser
 		b.WriteString(` ON CONFLICT (id) DO NOTHING`)
 		res, err := x.ExecContext(ctx, b.String(), args...)
 		if err != nil {
-			if IsTableMissing(err) {
-				return total, nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, o.t, err)
-			}
-			return total, nil, err
+			return total, nil, o.tableError(err)
 		}
 		n, _ := res.RowsAffected()
 		total += n
 	}
 	return total, nil, nil
+}
+
+// tableError wraps err in store.ErrTableMissing when it says the outbox
+// table does not exist.
+func (o *outbox) tableError(err error) error {
+	if IsTableMissing(err) {
+		return fmt.Errorf("%w: %s: %w", store.ErrTableMissing, o.t, err)
+	}
+	return err
 }
 
 // PartKey is the 32-bit hash that puts an event in an ordering partition

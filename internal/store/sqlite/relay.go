@@ -27,8 +27,8 @@ type relay struct {
 	sqlkit.Unpositioned // no claim position, no partitions
 	t                   ident.Table
 	q                   struct {
-		dueLeased, claimLeased, claimOrdered, stats, requeue, requeueAll, cleanup, fenceHeld string
-		recoverOutage                                                                        [2]string // [unfenced, fenced]
+		dueLeased, claimLeased, claimOrdered, confirm, stats, nextDue, requeue, requeueAll, cleanup, fenceHeld string
+		recoverOutage                                                                                          [2]string // [unfenced, fenced]
 		// by fencing: [none, the claim's lease, the partition leases]
 		markDelete, markProcessed, markFailed [3]string
 		unlease                               string
@@ -57,7 +57,8 @@ RETURNING seq, {cols}, available_at`)
 	// the candidate's aggregate before it; a set of the blocked aggregates
 	// built first (a CTE) read every pending event at each claim, and made a
 	// burn-down's claims quadratic in the backlog.
-	q.claimOrdered = rep.Replace(`SELECT o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts, o.strikes
+	q.claimOrdered = rep.Replace(`SELECT o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts, o.strikes,
+  o.due_at IS NOT NULL
 FROM {t} o
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now}
   AND o.part_key % ? IN ({owned})
@@ -65,6 +66,14 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now}
     WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq
       AND b.processed_at IS NULL AND b.dead_at IS NULL AND b.available_at > {now} AND b.aggregate_id <> '')
 ORDER BY o.seq LIMIT ?`)
+	// The ordered claim reads without a lock, in a snapshot: a Reschedule
+	// whose transaction deleted or moved a scheduled row it read, and has not
+	// committed, is not seen. This no-op write of the batch's scheduled rows
+	// (by seq) waits for the write lock, so for that transaction's end, and
+	// returns the ids of those still pending and due.
+	q.confirm = rep.Replace(`UPDATE {t} SET due_at = due_at
+WHERE seq IN (SELECT value FROM json_each(?)) AND {pending} AND available_at <= {now}
+RETURNING id`)
 	// Marks find their rows by seq, the rowid, and are fenced: by the
 	// claim's own lease (ClaimLeased: the available_at it set, which a later
 	// claim of the row, or anything that made it due again, changed), or in
@@ -99,9 +108,18 @@ WHERE id = ? AND {pending}` + where)
 		q.recoverOutage[i] = rep.Replace(`UPDATE {t} SET available_at = {now}
 WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= ? AND topic = ? AND type = ?` + where)
 	}
+	// The scheduled events' figures go through the scheduled index (due_at,
+	// of the pending scheduled rows): their count, the earliest not due yet,
+	// the earliest due.
 	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min(created_at),
-  (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL)
+  (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
+  (SELECT count(*) FROM {t} WHERE due_at IS NOT NULL AND {pending}),
+  (SELECT min(due_at) - {now} FROM {t} WHERE due_at > {now} AND {pending}),
+  (SELECT {now} - min(due_at) FROM {t} WHERE due_at IS NOT NULL AND due_at <= {now} AND {pending})
 FROM {t} WHERE {pending}`)
+	// The earliest pending row not due yet (a scheduled event, a retry, a
+	// lease), through the pending index (available_at, seq).
+	q.nextDue = rep.Replace(`SELECT min(available_at) - {now} FROM {t} WHERE {pending} AND available_at > {now}`)
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE id = ? AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}

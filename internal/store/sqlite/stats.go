@@ -8,10 +8,13 @@ import (
 	"github.com/heraldgo/herald/internal/store"
 )
 
+// Stats counts pending, failing, dead and scheduled events, with the oldest
+// pending age and the scheduled events' next and overdue times, in one
+// statement (one clock).
 func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) {
 	var (
-		s   store.Stats
-		age sql.NullInt64
+		s                  store.Stats
+		age, next, overdue sql.NullInt64
 	)
 	rows, err := x.QueryContext(ctx, r.q.stats)
 	if err != nil {
@@ -19,12 +22,15 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 	}
 	defer func() { _ = rows.Close() }()
 	if rows.Next() {
-		if err := rows.Scan(&s.Pending, &s.Failing, &age, &s.Dead); err != nil {
+		if err := rows.Scan(&s.Pending, &s.Failing, &age, &s.Dead, &s.Scheduled, &next, &overdue); err != nil {
 			return s, err
 		}
 	}
-	if age.Valid {
-		s.OldestPending = time.Duration(age.Int64) * time.Microsecond
-	}
+	s.OldestPending, s.NextScheduled, s.Overdue = micros(age), micros(next), micros(overdue)
 	return s, rows.Err()
+}
+
+// micros is the microseconds us as a duration, 0 for NULL.
+func micros(us sql.NullInt64) time.Duration {
+	return time.Duration(us.Int64) * time.Microsecond
 }

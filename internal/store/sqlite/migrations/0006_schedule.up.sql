@@ -1,0 +1,12 @@
+-- +goose Up
+-- Herald scheduled events (SQLite): due_at is a scheduled event's due time,
+-- UTC unix microseconds (NULL for an event due at once; its available_at
+-- starts there), and schedule_key the name its writer gave it, by which it is
+-- cancelled or moved. Herald adds them itself to an outbox it creates; an
+-- outbox made before needs this migration (herald migrate up).
+ALTER TABLE "outbox_messages" ADD COLUMN due_at INTEGER NULL;
+ALTER TABLE "outbox_messages" ADD COLUMN schedule_key TEXT NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS "outbox_messages_schedule_key_idx" ON "outbox_messages" (schedule_key)
+    WHERE schedule_key <> '';
+CREATE INDEX IF NOT EXISTS "outbox_messages_scheduled_idx" ON "outbox_messages" (due_at)
+    WHERE due_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL;
