@@ -2,7 +2,10 @@
 // (InnoDB): all of its SQL, and its migrations. It works through database/sql
 // on go-sql-driver/mysql (gorm.io/driver/mysql). Herald is tested on MariaDB
 // 10.11; it uses only SQL that MySQL 8 accepts too: FOR UPDATE SKIP LOCKED, no
-// RETURNING (MySQL has none), no partial indexes, no transactional DDL.
+// RETURNING (MySQL has none), no partial indexes, no transactional DDL. The
+// one exception is the shared locking read that skips locked rows, which the
+// two spell differently (the ordered claim's confirmation of scheduled
+// events): the relay asks the server which it is.
 //
 // Times are UTC: Herald writes UTC_TIMESTAMP(6) and compares with it, whatever
 // the session's time zone. Inserts are plain INSERTs: neither INSERT IGNORE

@@ -14,10 +14,27 @@ import (
 )
 
 // Outbox returns the operations on the outbox table t.
-func (Driver) Outbox(t ident.Table) store.Outbox { return &outbox{t: t} }
+func (Driver) Outbox(t ident.Table) store.Outbox { return newOutbox(t) }
 
 type outbox struct {
 	t ident.Table
+	q struct {
+		// insert is the head of the INSERT of events, insertRow one row's
+		// values; scheduledInsert and scheduledRows are those of an INSERT
+		// with a scheduled event (newScheduled).
+		insert, insertRow, scheduledInsert string
+		scheduledRows                      scheduledRows
+		resched                            rescheduleQueries
+	}
+}
+
+func newOutbox(t ident.Table) *outbox {
+	o := &outbox{t: t}
+	o.q.insert = `INSERT INTO ` + Quote(t) + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at) VALUES `
+	o.q.insertRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ` + Now + `, ` + Now + `)`
+	o.q.scheduledInsert, o.q.scheduledRows = newScheduled(t)
+	o.q.resched = newRescheduleQueries(t)
+	return o
 }
 
 func (o *outbox) Exists(ctx context.Context, x store.Execer) (bool, error) {
@@ -45,7 +62,7 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInser
 	evs := p.Rows
 	for i := range evs {
 		e := &evs[i]
-		for col, v := range map[string]string{"type": e.Type, "topic": e.Topic, "aggregate_type": e.AggregateType, "aggregate_id": e.AggregateID} {
+		for col, v := range map[string]string{"type": e.Type, "topic": e.Topic, "aggregate_type": e.AggregateType, "aggregate_id": e.AggregateID, "schedule_key": e.Schedule.Key} {
 			if len([]rune(v)) > 255 {
 				return 0, nil, fmt.Errorf("%w: event %s: %s is %d characters, at most 255", ErrTooLong, e.ID, col, len([]rune(v)))
 			}
@@ -78,16 +95,22 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInser
 	return total, nil, nil
 }
 
+// insert inserts evs with one INSERT: the scheduled one (insertScheduled)
+// when one of them is scheduled, else the statement every other event is
+// written with.
 func (o *outbox) insert(ctx context.Context, x store.Execer, evs []store.Row) (int64, error) {
+	if scheduled(evs) {
+		return o.insertScheduled(ctx, x, evs)
+	}
 	var b strings.Builder
-	b.WriteString(`INSERT INTO ` + Quote(o.t) + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at) VALUES `)
+	b.WriteString(o.q.insert)
 	args := make([]any, 0, 9*len(evs))
 	for i := range evs {
 		e := &evs[i]
 		if i > 0 {
 			b.WriteString(", ")
 		}
-		b.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, " + Now + ", " + Now + ")")
+		b.WriteString(o.q.insertRow)
 		args = append(args, e.ID, e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic,
 			string(e.Payload), string(e.Metadata), e.OccurredAt.UTC())
 	}

@@ -3,6 +3,8 @@ package mysql_test
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -16,8 +18,8 @@ import (
 // 0006_queue_index replaces the pending index of 0001. Self-creation makes
 // it with an outbox it creates; over an outbox made before it (0001's
 // index) it changes nothing (an index build and drop on a table in use are
-// for Migrate, when the operator chooses), the schema still passes the
-// check, and Migrate replaces the index.
+// for Migrate, when the operator chooses), the check does not ask for it,
+// and Migrate replaces the index.
 func TestQueueIndexReplacesThePendingIndex(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -74,7 +76,10 @@ WHERE table_schema = DATABASE() AND table_name = ?`, string(tbl.Name))
 	if q, p := indexes(old); q || !p {
 		t.Fatalf("self-creation over an outbox made before 0006: queue index %v, pending index %v; want it left as it was", q, p)
 	}
-	if err := drv.Outbox(tbl).Check(ctx, old); err != nil {
+	// The check names the later migration that adds columns (0007), not
+	// this one.
+	if err := drv.Outbox(tbl).Check(ctx, old); !errors.Is(err, store.ErrSchemaOutdated) ||
+		strings.Contains(err.Error(), "0006") || !strings.Contains(err.Error(), "0007_schedule") {
 		t.Fatalf("check of an outbox made before 0006: %v", err)
 	}
 	if _, err := migrate.Migrate(ctx, old, drv); err != nil {

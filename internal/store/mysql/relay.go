@@ -3,6 +3,7 @@ package mysql
 import (
 	"context"
 	"strings"
+	"sync/atomic"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -46,11 +47,17 @@ type relay struct {
 	sqlkit.Unpositioned // no claim position, no partitions
 	t                   ident.Table
 	q                   struct {
-		claimLocked, claimOrdered, stats, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
+		claimLocked, claimOrdered, stats, scheduled, nextDue, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
 		// by fencing: [none, the partition leases]
 		markProcessed, markDelete, markFailed, recoverOutage [2]string
+		// the confirmation of an ordered batch's scheduled rows, by
+		// server: [MySQL, MariaDB]
+		confirm [2]string
 	}
 	leases leases
+	// server is what the confirmation learnt the server is: 0 not yet,
+	// else serverMySQL or serverMariaDB.
+	server atomic.Int32
 }
 
 func newRelay(t ident.Table) *relay {
@@ -68,11 +75,13 @@ func newRelay(t ident.Table) *relay {
 	q.claimLocked = rep.Replace(`SELECT {cols} FROM {t} o
 WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
 ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
+	// It also reads whether each row is a scheduled event, which the claim
+	// confirms (confirm) before it returns it.
 	q.claimOrdered = rep.Replace(`WITH blocked AS (
   SELECT aggregate_type, aggregate_id, MIN(seq) AS seq FROM {t}
   WHERE {pending} AND available_at > {now} AND aggregate_id <> ''
   GROUP BY aggregate_type, aggregate_id)
-SELECT {cols} FROM {t} o
+SELECT {cols}, o.due_at IS NOT NULL FROM {t} o
 WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
   AND {part} IN ({owned})
   AND NOT EXISTS (SELECT 1 FROM blocked b
@@ -112,6 +121,10 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 AND o.avai
 	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), {now}),
   (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
+	q.scheduled, q.nextDue = rep.Replace(scheduledStatsSQL), rep.Replace(nextDueSQL)
+	for i, share := range [2]string{shareSkipMySQL, shareSkipMariaDB} {
+		q.confirm[i] = strings.Replace(rep.Replace(confirmSQL), "{share}", share, 1)
+	}
 	// By the primary key, found first by a read that locks nothing: by the id
 	// key the UPDATE locks the id's entry, then waits for the row a relay's
 	// claim locked, whose mark then waits for that entry (a deadlock). Only a

@@ -20,5 +20,8 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 	if age.Valid {
 		s.OldestPending = time.Duration(age.Int64) * time.Microsecond
 	}
+	if err := r.scheduledStats(ctx, x, &s); err != nil {
+		return s, err
+	}
 	return s, nil
 }

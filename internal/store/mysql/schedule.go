@@ -1,0 +1,325 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
+)
+
+// Scheduled events. A scheduled event's row carries its due time in due_at
+// (NULL for every other event) and its available_at starts there, so the
+// claims, which take rows due by UTC_TIMESTAMP(6), leave it until then. Its
+// key is schedule_key (empty for none). Both are written by the scheduled
+// insert, used only when an event of the statement is scheduled (the write
+// path of other events is the statement it always was), and changed by
+// Reschedule. The due time is the database's: UTC_TIMESTAMP(6) is the
+// statement's start, the same for every row and column of a statement.
+
+// dueAtSQL is a scheduled row's due time when its schedule has a time (the
+// argument, UTC, as text): that time, or the statement's clock when it has
+// passed. dueAfterSQL is the due time when its schedule has none (the
+// argument, microseconds from the statement's clock).
+const (
+	dueAtSQL    = `GREATEST(CAST(? AS DATETIME(6)), ` + Now + `)`
+	dueAfterSQL = `(` + Now + ` + INTERVAL ? MICROSECOND)`
+)
+
+// dueMetaSQL is the metadata md (a JSON object as text; empty for none) with
+// the key store.MetaDueAt set to the due time d, as RFC 3339 UTC with six
+// fractional digits (2026-12-03T15:04:05.123456Z).
+func dueMetaSQL(md, d string) string {
+	return `JSON_SET(COALESCE(NULLIF(` + md + `, ''), '{}'), '$.` + store.MetaDueAt + `', DATE_FORMAT(` + d + `, '%Y-%m-%dT%H:%i:%s.%fZ'))`
+}
+
+// scheduledRows are the values of one row of the scheduled insert, by how
+// its schedule says when it is due: none (an event due at once, in a
+// statement with a scheduled one), a time, or a wait from the clock.
+type scheduledRows struct {
+	plain, at, after string
+}
+
+// newScheduled returns the head of the scheduled insert into t (the INSERT
+// of the events' columns, due_at and schedule_key) and its rows' values. A
+// scheduled row's arguments are the event's seven first columns, its
+// metadata, its due argument, its occurred_at, the due argument twice again
+// and its key (scheduledArgs); a plain row's those of the plain insert.
+func newScheduled(t ident.Table) (string, scheduledRows) {
+	head := `INSERT INTO ` + Quote(t) + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at, due_at, schedule_key) VALUES `
+	row := func(due string) string {
+		return `(?, ?, ?, ?, ?, ?, ?, ` + dueMetaSQL("?", due) + `, ?, ` + Now + `, ` + due + `, ` + due + `, ?)`
+	}
+	return head, scheduledRows{
+		plain: `(?, ?, ?, ?, ?, ?, ?, ?, ?, ` + Now + `, ` + Now + `, NULL, '')`,
+		at:    row(dueAtSQL),
+		after: row(dueAfterSQL),
+	}
+}
+
+// scheduled reports whether a row of evs is scheduled.
+func scheduled(evs []store.Row) bool {
+	for i := range evs {
+		if !evs[i].Schedule.IsZero() {
+			return true
+		}
+	}
+	return false
+}
+
+// dueArg returns which due expression schedules s (dueAtSQL: true) and its
+// argument: At as UTC text to the microsecond (truncated, as the driver
+// sends occurred_at), else After in microseconds (a negative one as 0: due
+// at the insert, still scheduled).
+func dueArg(s store.Schedule) (bool, any) {
+	if !s.At.IsZero() {
+		return true, s.At.UTC().Format("2006-01-02 15:04:05.000000")
+	}
+	return false, max(s.After.Microseconds(), 0)
+}
+
+// insertScheduled inserts evs, of which some are scheduled, with one INSERT:
+// each scheduled row is due at dueArg's time, its available_at and due_at
+// that time, its metadata with MetaDueAt; the others are written as the plain
+// insert writes them, due_at NULL.
+func (o *outbox) insertScheduled(ctx context.Context, x store.Execer, evs []store.Row) (int64, error) {
+	var b strings.Builder
+	b.WriteString(o.q.scheduledInsert)
+	args := make([]any, 0, 13*len(evs))
+	for i := range evs {
+		e := &evs[i]
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		args = append(args, e.ID, e.Type, e.Version, e.AggregateType, e.AggregateID, e.Topic, string(e.Payload), string(e.Metadata))
+		if e.Schedule.IsZero() {
+			b.WriteString(o.q.scheduledRows.plain)
+			args = append(args, e.OccurredAt.UTC())
+			continue
+		}
+		at, due := dueArg(e.Schedule)
+		row := o.q.scheduledRows.after
+		if at {
+			row = o.q.scheduledRows.at
+		}
+		b.WriteString(row)
+		args = append(args, due, e.OccurredAt.UTC(), due, due, e.Schedule.Key)
+	}
+	return sqlkit.Affected(ctx, x, b.String(), args...)
+}
+
+// rescheduleQueries are Reschedule's statements; lock and state by how the
+// events are named: [by id, by key].
+type rescheduleQueries struct {
+	lock, state               [2]string
+	cancel, moveAt, moveAfter string
+}
+
+// The ways Reschedule names events: the index of rescheduleQueries' arrays.
+const (
+	byID = iota
+	byKey
+)
+
+func newRescheduleQueries(t ident.Table) rescheduleQueries {
+	rep := strings.NewReplacer("{t}", Quote(t), "{now}", Now, "{pending}", `o.processed_at IS NULL AND o.dead_at IS NULL`,
+		"{keyIdx}", Quote(ident.Table{Name: t.Derived("_schedule_key_idx").Name}))
+	// The events named: by the id key (a unique lookup), or by the key index
+	// (forced: a locking read that scanned the table instead, as the
+	// optimizer may choose on a small one, would wait for every row a
+	// relay's claim holds, and at REPEATABLE READ lock every row).
+	target := [2]string{
+		`{t} o WHERE o.id = ? AND o.due_at IS NOT NULL`,
+		`{t} o FORCE INDEX ({keyIdx}) WHERE o.schedule_key = ? AND o.due_at IS NOT NULL`,
+	}
+	var q rescheduleQueries
+	for i, from := range target {
+		// Those not due yet, locked: a locking read sees the newest
+		// committed version at any isolation, and waits for a row a
+		// relay's claim holds (locked FOR UPDATE until its batch ends),
+		// which it then finds published.
+		q.lock[i] = rep.Replace(`SELECT o.seq FROM ` + from + ` AND {pending} AND o.due_at > {now} FOR UPDATE`)
+		// What is left of them, read without locks.
+		q.state[i] = rep.Replace(`SELECT o.seq, o.processed_at IS NOT NULL, o.dead_at IS NOT NULL FROM ` + from)
+	}
+	// The change, by primary key, of the rows lock returned. In x's
+	// transaction they are as lock found them; the condition keeps a
+	// Reschedule outside one (its locks ended with its statement) from
+	// deleting or moving a row a relay published in between.
+	q.cancel = rep.Replace(`DELETE o FROM ` + bySeq + ` WHERE {pending}`)
+	move := func(due string) string {
+		return rep.Replace(`UPDATE ` + bySeq + ` SET o.due_at = ` + due + `, o.available_at = ` + due + `, o.metadata = ` + dueMetaSQL("o.metadata", due) + `
+WHERE {pending}`)
+	}
+	q.moveAt, q.moveAfter = move(dueAtSQL), move(dueAfterSQL)
+	return q
+}
+
+// Reschedule cancels (deletes) or moves, in x's transaction, the scheduled
+// events p names (by id, by key, or both) that are not due yet by the
+// database's clock, and counts the others. It reads those not due yet with a
+// locking read (SELECT ... FOR UPDATE, the newest committed versions, at any
+// isolation), changes them by their primary key, then reads what is left of
+// the events it named without locks (at REPEATABLE READ, in x's snapshot:
+// the state the transaction's first read saw of a row it did not change).
+//
+// What it locks, until x's transaction ends: at READ COMMITTED the rows it
+// changes alone; at REPEATABLE READ, where a locking read keeps the lock of
+// every row it reads, also the other events it named (published and dead
+// ones too) and, by key, the gaps of the key index around them (an insert of
+// an event of that key, or of a key next to it in the index, waits), by id
+// where no event has the id, the gap of the id key where it would be. Its
+// locking read waits for a row a relay's unordered claim holds, until that
+// batch ends (the row is then published, and counted so); a relay's claim
+// skips the rows it holds, and an ordered claim's confirmation leaves them
+// out of its batch.
+func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.RescheduleParams) (store.RescheduleResult, error) {
+	var res store.RescheduleResult
+	type named struct {
+		by  int
+		arg string
+	}
+	var names []named
+	if p.ID != "" {
+		names = append(names, named{byID, p.ID})
+	}
+	if p.Key != "" {
+		names = append(names, named{byKey, p.Key})
+	}
+	var seqs []int64
+	changed := map[int64]bool{}
+	for _, n := range names {
+		got, err := sqlkit.Column[int64](ctx, x, o.q.resched.lock[n.by], n.arg)
+		if err != nil {
+			return res, o.rescheduleError(err)
+		}
+		for _, s := range got {
+			if !changed[s] {
+				changed[s] = true
+				seqs = append(seqs, s)
+			}
+		}
+	}
+	if len(seqs) > 0 {
+		var (
+			n   int64
+			err error
+		)
+		switch at, due := dueArg(p.To); {
+		case p.Cancel:
+			n, err = bySeqs(ctx, x, o.q.resched.cancel, seqs)
+		case at:
+			n, err = bySeqs(ctx, x, o.q.resched.moveAt, seqs, due, due, due)
+		default:
+			n, err = bySeqs(ctx, x, o.q.resched.moveAfter, seqs, due, due, due)
+		}
+		if err != nil {
+			return res, o.rescheduleError(err)
+		}
+		res.Changed = n
+	}
+	seen := map[int64]bool{}
+	for _, n := range names {
+		left, err := sqlkit.Collect(ctx, x, o.q.resched.state[n.by], []any{n.arg}, func(rows *sql.Rows) (rowState, error) {
+			var s rowState
+			return s, rows.Scan(&s.seq, &s.processed, &s.dead)
+		})
+		if err != nil {
+			return res, o.rescheduleError(err)
+		}
+		for _, s := range left {
+			// A row changed is gone (cancelled) or pending (moved); one
+			// of the rows locked that was published or dead-lettered
+			// before the change (outside a transaction) is counted.
+			if seen[s.seq] || (changed[s.seq] && !s.processed && !s.dead) {
+				continue
+			}
+			seen[s.seq] = true
+			switch {
+			case s.processed:
+				res.Published++
+			case s.dead:
+				res.Dead++
+			default:
+				res.Due++
+			}
+		}
+	}
+	return res, nil
+}
+
+// rowState is what Reschedule reads of an event it did not change.
+type rowState struct {
+	seq             int64
+	processed, dead bool
+}
+
+// rescheduleError names Reschedule in err, and the table when it is missing.
+func (o *outbox) rescheduleError(err error) error {
+	if IsTableMissing(err) {
+		return fmt.Errorf("reschedule: %w: %s: %w", store.ErrTableMissing, o.t, err)
+	}
+	return fmt.Errorf("reschedule: %w", err)
+}
+
+// NextDue is how long until the earliest pending event not due yet comes
+// due: the first entry past the due ones in the queue index (dead_at DESC,
+// processed_at DESC, available_at, seq; 0001's pending index before
+// 0006_queue_index), one probe.
+func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
+	var us sql.NullInt64
+	if err := sqlkit.QueryRow(ctx, x, r.q.nextDue, nil, &us); err != nil || !us.Valid {
+		return 0, false, err
+	}
+	return time.Duration(us.Int64) * time.Microsecond, true, nil
+}
+
+// nextDueSQL is NextDue's statement: NULL when no event waits. The first
+// entry in order, not MIN(available_at), which reads every entry of the range
+// (the optimizer does not take the minimum from the index here).
+const nextDueSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, {now}, (SELECT available_at FROM {t}
+  WHERE dead_at IS NULL AND processed_at IS NULL AND available_at > {now}
+  ORDER BY available_at LIMIT 1))`
+
+// scheduledStatsSQL are Stats' figures of the scheduled events through the
+// scheduled index (dead_at, processed_at, due_at; its pending entries are a
+// range): how many are pending, how long until the next not due yet comes
+// due, how long ago the earliest due one came due (0 for none).
+const scheduledStatsSQL = `SELECT COUNT(*),
+  COALESCE(TIMESTAMPDIFF(MICROSECOND, {now}, MIN(CASE WHEN due_at > {now} THEN due_at END)), 0),
+  GREATEST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(due_at), {now}), 0), 0)
+FROM {t} WHERE dead_at IS NULL AND processed_at IS NULL AND due_at IS NOT NULL`
+
+// scheduledStats adds the scheduled events' figures to s.
+func (r *relay) scheduledStats(ctx context.Context, x store.Execer, s *store.Stats) error {
+	var next, overdue int64
+	if err := sqlkit.QueryRow(ctx, x, r.q.scheduled, nil, &s.Scheduled, &next, &overdue); err != nil {
+		return fmt.Errorf("scheduled figures: %w", err)
+	}
+	s.NextScheduled, s.Overdue = time.Duration(next)*time.Microsecond, time.Duration(overdue)*time.Microsecond
+	return nil
+}
+
+// confirmSQL confirms an ordered batch's scheduled rows (their seqs, a JSON
+// array): it returns the ids of those still pending and due and not locked
+// by a writer, a Reschedule whose transaction deleted or moved one before it
+// came due and has not ended (the claim's read, without locks, could not see
+// it). {share} is the server's shared locking read that skips locked rows.
+// By the primary key, as bySeq says; in a statement of its own (autocommit),
+// so its locks end with it.
+const confirmSQL = `SELECT o.id FROM ` + bySeq + `
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now} {share}`
+
+// Shared locking reads that skip locked rows: MySQL 8's FOR SHARE SKIP
+// LOCKED (of the outbox's rows alone, not the JSON_TABLE's), which MariaDB
+// does not parse (it has no FOR SHARE), and MariaDB's LOCK IN SHARE MODE
+// SKIP LOCKED (10.6+), which MySQL does not accept (its LOCK IN SHARE MODE
+// takes no SKIP LOCKED).
+const (
+	shareSkipMySQL   = `FOR SHARE OF o SKIP LOCKED`
+	shareSkipMariaDB = `LOCK IN SHARE MODE SKIP LOCKED`
+)
