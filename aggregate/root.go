@@ -56,6 +56,18 @@ func (r *Root) RecordWithMetadata(e events.Event, md events.Metadata) {
 	r.list.Add(events.NewRecord(e, md))
 }
 
+// Schedule records e to be published when s says (events.At, events.After),
+// not at the commit: it is saved with the aggregate's write like any event,
+// and the relay publishes it once it is due by the database's clock. The
+// record's Schedule (Records) carries s. Until it is due, outboxhook's Cancel
+// and Move (by the record's id) or CancelKey and MoveKey (by s.Key) change it
+// in the transaction that decides it.
+func (r *Root) Schedule(e events.Event, s events.Schedule) {
+	rec := events.NewRecord(e, nil)
+	rec.Schedule = s
+	r.list.Add(rec)
+}
+
 // Events returns the events recorded and not yet committed, oldest first.
 func (r *Root) Events() []events.Event {
 	recs := r.list.Records()

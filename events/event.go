@@ -71,13 +71,14 @@ func (m Metadata) Merge(other Metadata) Metadata {
 }
 
 // Record is an event as recorded by an aggregate, before it is stored: the event,
-// its id (a UUIDv7 taken when it was recorded, so ids sort by recording time) and
-// the time it occurred.
+// its id (a UUIDv7 taken when it was recorded, so ids sort by recording time),
+// the time it occurred and, for a scheduled event, its Schedule.
 type Record struct {
 	ID         uuid.UUID
 	Event      Event
 	OccurredAt time.Time
 	Metadata   Metadata
+	Schedule   Schedule
 }
 
 // NewRecord records e now: it takes a new UUIDv7 id and the current UTC time.

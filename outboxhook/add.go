@@ -22,6 +22,11 @@ import (
 // events.ErrEmptyType, [ErrTableMissing]) before writing anything; a transaction
 // it fails in cannot commit (see [Config.Notify] for when the relay is woken).
 func Add(tx *gorm.DB, evs ...events.Event) error {
+	return add(tx, events.Schedule{}, evs)
+}
+
+// add is Add of events scheduled by s.
+func add(tx *gorm.DB, s events.Schedule, evs []events.Event) error {
 	p, ok := tx.Config.Plugins[Name].(*Plugin)
 	if !ok {
 		return ErrNotRegistered
@@ -37,6 +42,7 @@ func Add(tx *gorm.DB, evs ...events.Event) error {
 	var b batch
 	for _, e := range evs {
 		rec := events.NewRecord(e, nil)
+		rec.Schedule = s
 		enc, err := p.encode(rec, ctxMD)
 		if err != nil {
 			p.abort(tx, err)

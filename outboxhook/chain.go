@@ -44,6 +44,7 @@ type encodedEvent struct {
 	md       events.Metadata // the event's metadata, as stored
 	version  int
 	typ      string
+	sched    events.Schedule
 }
 
 // op is one of GORM's write chains, with the model hooks that run in it: a hook

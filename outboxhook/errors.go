@@ -62,6 +62,10 @@ var (
 	// ErrStorageNotSupported is returned (wrapped) by db.Use for
 	// Config.Storage StorageWAL on a database other than PostgreSQL.
 	ErrStorageNotSupported = errors.New("outboxhook: StorageWAL needs PostgreSQL")
+	// ErrScheduledWAL is returned for a scheduled event (events.Schedule
+	// with a time or a key) saved with [StorageWAL]: the log publishes each
+	// event at its commit and keeps none for later. Nothing is written.
+	ErrScheduledWAL = errors.New("outboxhook: scheduled events need the outbox table (StorageTable), not StorageWAL")
 	// ErrNotRegistered is returned by [Add] on a *gorm.DB without the plugin.
 	ErrNotRegistered = errors.New("outboxhook: plugin not registered on this *gorm.DB (db.Use(outboxhook.New(...)))")
 )

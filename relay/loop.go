@@ -51,7 +51,7 @@ func (r *Relay) loop(ctx context.Context) {
 			default:
 			}
 		}
-		poll.Reset(r.cfg.PollInterval)
+		poll.Reset(r.untilDue(ctx))
 		select {
 		case <-ctx.Done():
 			return
@@ -121,4 +121,17 @@ func (r *Relay) cycle(ctx context.Context, worker, of int) (int, error) {
 		return r.cycleOrdered(ctx, worker, of)
 	}
 	return r.cycleUnordered(ctx)
+}
+
+// untilDue is how long the loop may wait for a wake-up: the poll interval,
+// or less when a pending event (a scheduled one, a retry) comes due sooner
+// by the database's clock, so that it is published when due, not at the next
+// poll. The database is asked at each wait, so moves and cancellations by any
+// process count from the next.
+func (r *Relay) untilDue(ctx context.Context) time.Duration {
+	d, ok, err := r.st.NextDue(ctx, r.db)
+	if err != nil || !ok || d >= r.cfg.PollInterval {
+		return r.cfg.PollInterval
+	}
+	return max(d, 0) + time.Millisecond
 }

@@ -62,6 +62,7 @@ func Run(t *testing.T, d testkit.Dialect, runs func(i int) bool) {
 		{"inbox", inboxTests},
 		{"relay", relayTests},
 		{"admin", adminTests},
+		{"schedule", scheduleTests},
 	} {
 		first := i // counted here: t.Run skips the groups -run leaves out
 		i += len(group.tests)

@@ -50,6 +50,13 @@ type Stats struct {
 	Pending, Failing, Dead int64
 	OldestPending          time.Duration // by the database's clock; 0 when none
 
+	// Scheduled counts the scheduled events not published yet (due or not);
+	// NextScheduled is how long until the earliest of those not due yet
+	// comes due (0 when none waits); Overdue is how long ago the earliest
+	// due one came due (0 when none is due and unpublished).
+	Scheduled              int64
+	NextScheduled, Overdue time.Duration
+
 	// Storage: the database reports DeadTuples and TableBytes (PostgreSQL).
 	Storage bool
 	// DeadTuples is the database's estimate of the outbox's dead row
@@ -118,6 +125,10 @@ type Relay interface {
 
 	// Stats counts pending, failing and dead events and the oldest pending age.
 	Stats(ctx context.Context, x Execer) (Stats, error)
+	// NextDue returns how long, by the database's clock, until the earliest
+	// pending event that is not due yet comes due (a scheduled event, a
+	// retry, a lease that ends), and false when none waits.
+	NextDue(ctx context.Context, x Execer) (time.Duration, bool, error)
 	// Cleanup deletes up to limit events processed before olderThan ago,
 	// unless another instance is cleaning.
 	Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)

@@ -166,6 +166,12 @@ type Row struct {
 	// LastFailedAt and NextAttemptAt (available_at) are read for failing
 	// events (Admin.FindFailing); zero otherwise.
 	LastFailedAt, NextAttemptAt time.Time
+	// Schedule is when a scheduled event comes due, for Insert: the zero
+	// Schedule for an event due at once. Claims read Scheduled.
+	Schedule Schedule
+	// Scheduled: the row is a scheduled event (its due_at is set); read by
+	// ordered claims, which confirm such rows before they return them.
+	Scheduled bool
 }
 
 // Written is an event written in a transaction whose end the write path could
@@ -216,6 +222,11 @@ type Outbox interface {
 	Insert(ctx context.Context, x Execer, p OutboxInsertParams) (int64, map[uuid.UUID]int64, error)
 	// Settle tells, for each earlier write, whether its transaction committed.
 	Settle(ctx context.Context, x Execer, ws []Written) ([]Outcome, error)
+	// Reschedule cancels or moves, in x's transaction, the scheduled events
+	// p names that are not due yet by the database's clock, and counts what
+	// it found of the others (see RescheduleResult). A WAL outbox returns
+	// ErrNotSupported.
+	Reschedule(ctx context.Context, x Execer, p RescheduleParams) (RescheduleResult, error)
 	// LockAggregates takes, in x's transaction, a lock per key (sorted) held
 	// until it ends, serializing the writers of one aggregate.
 	LockAggregates(ctx context.Context, x Execer, keys []int64) error

@@ -50,6 +50,7 @@ func Run[T tb.T[T]](t T, h Harness) {
 		{"leases", leasesTests},
 		{"admin", adminTests},
 		{"waker", wakerTests},
+		{"schedule", scheduleTests},
 	} {
 		t.Run(group.name, func(t T) {
 			for _, tc := range group.tests {

@@ -23,11 +23,34 @@ type Catalog func(ctx context.Context, x store.Execer, o store.Object) (bool, er
 // tables it made in this call that are missing (a table made by an earlier
 // migration and altered by a later one). It never alters a table that was
 // there before but to add an index, and runs no step: an outdated table is
-// for Migrate, and CheckSchema names the migration. An index whose creation
+// for Migrate, and CheckSchema names the migration. It adds no index to a
+// table that was there and lacks a column of objs either (the index may be on
+// that column, which a later migration adds with it). An index whose creation
 // fails is left out when skip says so. A role without DDL rights works where
 // everything exists.
 func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exists Catalog, skip func(name string, err error) bool) error {
 	made := map[string]bool{}
+	outdated := map[string]bool{} // by table that was there: lacks a column
+	isOutdated := func(t ident.Table) (bool, error) {
+		if v, ok := outdated[t.String()]; ok {
+			return v, nil
+		}
+		for _, c := range objs {
+			if c.Kind != store.KindColumn || c.Name != t {
+				continue
+			}
+			ok, err := exists(ctx, x, c)
+			if err != nil {
+				return false, fmt.Errorf("look up %s: %w", describe(c), err)
+			}
+			if !ok {
+				outdated[t.String()] = true
+				return true, nil
+			}
+		}
+		outdated[t.String()] = false
+		return false, nil
+	}
 	for _, o := range objs {
 		switch o.Kind {
 		case store.KindStep:
@@ -39,6 +62,15 @@ func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exi
 		case store.KindIndex:
 			if o.Replaces && !made[o.On.String()] {
 				continue
+			}
+			if !made[o.On.String()] {
+				old, err := isOutdated(o.On)
+				if err != nil {
+					return err
+				}
+				if old {
+					continue
+				}
 			}
 		}
 		ok, err := exists(ctx, x, o)

@@ -46,7 +46,7 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 // claimQueries are the claims' statements, and the probe's.
 type claimQueries struct {
 	locked, ordered [2]string // by [frontier check]
-	probe           string
+	probe, confirm  string
 }
 
 func newClaimQueries(t ident.Table, rep *strings.Replacer) claimQueries {
@@ -86,7 +86,9 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
 		// the scan, due, so not blocking its aggregate, whose later events
 		// were then claimed first. (position.startAt is the same in Go.)
 		q.ordered[check] = fr.Replace(rep.Replace(`WITH start AS MATERIALIZED (
-  SELECT least($4::bigint, (SELECT min(w.seq) FROM unnest($5::bigint[], $6::timestamptz[]) AS w(seq, due) WHERE w.due <= now())) AS lo),
+  SELECT least($4::bigint, (SELECT min(w.seq) FROM unnest($5::bigint[], $6::timestamptz[]) AS w(seq, due) WHERE w.due <= now()),
+    (SELECT min(o.seq) FROM {t} o WHERE o.due_at IS NOT NULL AND o.due_at <= now() AND {pending} AND o.available_at <= now()
+       AND {part} = ANY($3::int[]))) AS lo),
 blocked AS MATERIALIZED (
   SELECT aggregate_type, aggregate_id, min(seq) AS seq FROM {t}
   WHERE {pending} AND available_at > now() AND aggregate_id <> ''
@@ -98,7 +100,7 @@ SELECT m.dbnow, m.frontier, m.lastseq, m.clock, w.seq, w.at, c.* FROM
   (SELECT now() AS dbnow, l.lastseq, l.clock, {frontier} AS frontier
    FROM (SELECT {lastseq} AS lastseq, clock_timestamp() AS clock) l) m
   CROSS JOIN waiting w
-LEFT JOIN LATERAL (SELECT {cols}, o.seq, p.part FROM {t} o, LATERAL (SELECT {part} AS part) p
+LEFT JOIN LATERAL (SELECT {cols}, o.seq, p.part, o.due_at IS NOT NULL AS scheduled FROM {t} o, LATERAL (SELECT {part} AS part) p
   WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
     AND o.seq >= (SELECT lo FROM start)
     AND p.part = ANY($3::int[])
@@ -106,6 +108,13 @@ LEFT JOIN LATERAL (SELECT {cols}, o.seq, p.part FROM {t} o, LATERAL (SELECT {par
       WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
   ORDER BY o.seq LIMIT $1) c ON true`))
 	}
+	// The confirmation of an ordered batch's scheduled events ($1): those
+	// still pending and due, and not locked by a writer (a Reschedule whose
+	// transaction deleted or moved one before it came due and has not
+	// ended, which the claim's snapshot could not see).
+	q.confirm = rep.Replace(`SELECT o.id::text FROM {t} o
+WHERE o.id = ANY($1::uuid[]) AND o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+FOR SHARE OF o SKIP LOCKED`)
 	// The sweep of ordered mode: due events of the partitions below their
 	// position ($5, by partition), which lowers it.
 	q.probe = rep.Replace(`SELECT o.seq, {part} FROM {t} o
@@ -226,14 +235,16 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	)
 	for rows.Next() {
 		var (
-			n    nullClaimed
-			seq  sql.NullInt64
-			part sql.NullInt32
+			n     nullClaimed
+			seq   sql.NullInt64
+			part  sql.NullInt32
+			sched sql.NullBool
 		)
-		if err := rows.Scan(n.dest([]any{&dbNow, &frontier, &lastSeq, &clock, &waitSeq, &waitAt}, &seq, &part)...); err != nil {
+		if err := rows.Scan(n.dest([]any{&dbNow, &frontier, &lastSeq, &clock, &waitSeq, &waitAt}, &seq, &part, &sched)...); err != nil {
 			return nil, err
 		}
 		if c, ok := n.claimed(); ok {
+			c.Scheduled = sched.Bool
 			out = append(out, c)
 			seqs = append(seqs, seqPart{seq.Int64, part.Int32})
 		}
@@ -260,7 +271,15 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 		done.waiting = &w
 	}
 	r.pos.orderedDone(st, owned, done)
-	return sorted, nil
+	// Rows cut here were claimed as far as the position goes: left neither
+	// published nor failed, they lower it at the next claim.
+	return sqlkit.Confirm(ctx, x, sorted, func(sched []store.Row) (string, []any) {
+		ids := make([]string, len(sched))
+		for i, c := range sched {
+			ids[i] = c.ID
+		}
+		return r.claims.confirm, []any{ids}
+	})
 }
 
 // Sweep is the sweep of ordered mode: it looks for due events of the owned

@@ -17,9 +17,11 @@ import (
 func (Driver) Outbox(t ident.Table) store.Outbox { return newOutbox(t) }
 
 type outbox struct {
-	t      ident.Table
-	insert [2][2]string // by [several events][returning tokens]
-	lockQ  string
+	t       ident.Table
+	insert  [2][2]string // by [several events][returning tokens]
+	sched   [2]string    // by [returning tokens]: with a scheduled event
+	resched rescheduleQueries
+	lockQ   string
 }
 
 func newOutbox(t ident.Table) *outbox {
@@ -33,8 +35,9 @@ func newOutbox(t ident.Table) *outbox {
 	// is that time too, not the column's default (now(), the transaction's
 	// start): the oldest pending age counts from the write, as on every
 	// database.
-	head := `WITH herald_epoch AS MATERIALIZED (SELECT ` + epochLockSQL(t) + `)
-INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at) `
+	into := `WITH herald_epoch AS MATERIALIZED (SELECT ` + epochLockSQL(t) + `)
+INSERT INTO ` + t.Quoted() + ` `
+	head := into + `(id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, created_at, available_at) `
 	rows := [2]string{
 		`SELECT $1::uuid, $2::text, $3::int, $4::text, $5::text, $6::text, $7::jsonb, $8::jsonb, $9::timestamptz, clock_timestamp(), clock_timestamp() FROM herald_epoch`,
 		`SELECT u.*, clock_timestamp(), clock_timestamp() FROM herald_epoch, unnest($1::uuid[], $2::text[], $3::int[], $4::text[], $5::text[], $6::text[], $7::jsonb[], $8::jsonb[], $9::timestamptz[]) AS u`,
@@ -52,6 +55,10 @@ INSERT INTO ` + t.Quoted() + ` (id, type, version, aggregate_type, aggregate_id,
 			o.insert[many][returning] = head + rows[many] + tails[returning]
 		}
 	}
+	for returning := range 2 {
+		o.sched[returning] = scheduledInsertSQL(into) + tails[returning]
+	}
+	o.resched = newRescheduleQueries(t)
 	return o
 }
 
@@ -73,6 +80,9 @@ func (o *outbox) Insert(ctx context.Context, x store.Execer, p store.OutboxInser
 	evs, tokens := p.Rows, p.Tokens
 	query := o.insert[min(len(evs)-1, 1)][btoi(tokens)]
 	args := insertArgs(evs)
+	if scheduled(evs) {
+		query, args = o.sched[btoi(tokens)], append(insertArrays(evs), scheduleArgs(evs)...)
+	}
 	if !tokens {
 		res, err := x.ExecContext(ctx, query, args...)
 		if err != nil {
@@ -123,6 +133,11 @@ func insertArgs(evs []store.Row) []any {
 		return []any{e.ID, e.Type, int32(e.Version), e.AggregateType, e.AggregateID, e.Topic,
 			string(e.Payload), string(e.Metadata), e.OccurredAt}
 	}
+	return insertArrays(evs)
+}
+
+// insertArrays are the columns of evs, one array per column.
+func insertArrays(evs []store.Row) []any {
 	n := len(evs)
 	var (
 		ids, types, aggTypes, aggIDs, topics, payloads, metadata = make([]string, n), make([]string, n),

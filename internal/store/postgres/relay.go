@@ -48,7 +48,7 @@ type relay struct {
 	claims claimQueries
 	marks  markQueries
 	q      struct {
-		recoverOutage, recoverOwned, stats, storage, requeue, requeueAll, cleanup, cleanupDefault string
+		recoverOutage, recoverOwned, stats, scheduled, nextDue, storage, requeue, requeueAll, cleanup, cleanupDefault string
 	}
 	leases leases
 	pos    *position // where claims start
@@ -80,6 +80,7 @@ SELECT count(*) FROM u`
 FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
         extract(epoch FROM now() - min(created_at)) AS age
       FROM {t} WHERE {pending}) AS p`)
+	q.scheduled, q.nextDue = rep.Replace(scheduledStatsSQL), rep.Replace(nextDueSQL)
 	q.storage = storageSQL
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE id = $1::uuid AND dead_at IS NOT NULL`)

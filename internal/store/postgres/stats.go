@@ -21,6 +21,11 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 	if age.Valid {
 		s.OldestPending = time.Duration(age.Float64 * float64(time.Second))
 	}
+	var next, overdue float64
+	if err := sqlkit.QueryRow(ctx, x, r.q.scheduled, nil, &s.Scheduled, &next, &overdue); err != nil {
+		return s, fmt.Errorf("scheduled figures: %w", err)
+	}
+	s.NextScheduled, s.Overdue = seconds(next), seconds(overdue)
 	var (
 		deadTuples, bytes int64
 		readAll           bool
@@ -56,3 +61,6 @@ SELECT
     SELECT xact_start AS t FROM pg_stat_activity
       WHERE (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL) AND pid <> pg_backend_pid()
     UNION ALL SELECT prepared FROM pg_prepared_xacts) x)))::float8`
+
+// seconds converts a number of seconds the database computed.
+func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }

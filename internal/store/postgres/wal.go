@@ -149,6 +149,11 @@ func (o *walOutbox) Insert(ctx context.Context, x store.Execer, p store.OutboxIn
 // aggregate's order.
 func (*walOutbox) LockAggregates(context.Context, store.Execer, []int64) error { return nil }
 
+// Reschedule: the log holds no scheduled event (ErrNotSupported).
+func (*walOutbox) Reschedule(context.Context, store.Execer, store.RescheduleParams) (store.RescheduleResult, error) {
+	return store.RescheduleResult{}, fmt.Errorf("scheduled events in the WAL outbox: %w", store.ErrNotSupported)
+}
+
 // MessageRow reads the outbox row of an event from its logical message's
 // content (the inverse of EncodeMessage): what the WAL relay inserts into
 // the outbox table when it parks an event the broker refuses.

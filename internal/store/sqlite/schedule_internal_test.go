@@ -420,18 +420,3 @@ func TestScheduleMigration(t *testing.T) {
 	e.must(e.o.Check(e.ctx, e.db))
 	e.insert(event(store.Schedule{Key: "k"}))
 }
-
-// indexColumns reads the indexed columns of the migrations' CREATE INDEX
-// statements, partial or not.
-func TestIndexColumns(t *testing.T) {
-	for stmt, want := range map[string]string{
-		`CREATE INDEX IF NOT EXISTS "outbox_messages_pending_idx" ON "outbox_messages" (available_at, seq)
-    WHERE processed_at IS NULL AND dead_at IS NULL`: "available_at seq",
-		`CREATE INDEX IF NOT EXISTS "o_schedule_key_idx" ON "app"."o" ("schedule_key") WHERE schedule_key <> ''`: "schedule_key",
-		`CREATE INDEX x ON t (lower(a))`: "",
-	} {
-		if got := strings.Join(indexColumns(stmt), " "); got != want {
-			t.Errorf("indexColumns(%s) = %q, want %q", stmt, got, want)
-		}
-	}
-}

@@ -1,0 +1,246 @@
+package drivertest
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/testkit/tb"
+)
+
+var scheduleTests = []test{
+	{"InsertScheduled", testScheduleInsert},
+	{"CancelByIDAndKey", testScheduleCancel},
+	{"MoveByKey", testScheduleMove},
+	{"RescheduleCountsTheRest", testScheduleCounts},
+	{"NextDueAndStats", testScheduleNextDueStats},
+	{"OrderedClaimConfirms", testScheduleOrderedConfirm},
+}
+
+// scheduled inserts one event of aggregate ("account", aggID) scheduled by s.
+func (e *env) scheduled(aggID string, s store.Schedule) store.Row {
+	e.t.Helper()
+	ev := event("t", "account", aggID)
+	ev.Schedule = s
+	n, _, err := e.out.Insert(e.ctx, e.db, store.OutboxInsertParams{Rows: []store.Row{ev}})
+	must(e.t, err)
+	if n != 1 {
+		e.t.Fatalf("Insert of a scheduled event inserted %d", n)
+	}
+	return ev
+}
+
+// dueAt is the due time stored in the metadata of event id.
+func (e *env) dueAt(id string) time.Time {
+	e.t.Helper()
+	var raw string
+	must(e.t, e.db.QueryRowContext(e.ctx, e.sql.Rebind(`SELECT metadata FROM `+e.q()+` WHERE id = ?`), id).Scan(&raw))
+	var md map[string]string
+	must(e.t, json.Unmarshal([]byte(raw), &md))
+	at, err := time.Parse(time.RFC3339Nano, md[store.MetaDueAt])
+	if err != nil {
+		e.t.Fatalf("metadata %s of %s: %v", raw, id, err)
+	}
+	return at
+}
+
+// within fails unless d is within a minute of want.
+func within(t tb.TB, what string, d, want time.Duration) {
+	t.Helper()
+	if d < want-time.Minute || d > want+time.Minute {
+		t.Fatalf("%s = %v, want about %v", what, d, want)
+	}
+}
+
+// A scheduled event waits until its time, judged by the database's clock; an
+// event scheduled in the past is due at once; each carries its due time in
+// its metadata, and several rows of one statement keep their own schedules.
+func testScheduleInsert(t tb.TB, e *env) {
+	later := e.scheduled("a", store.Schedule{After: time.Hour, Key: "k"})
+	at := time.Now().Add(2 * time.Hour).UTC().Truncate(time.Microsecond)
+	fixed := e.scheduled("b", store.Schedule{At: at})
+	past := e.scheduled("c", store.Schedule{At: time.Now().Add(-time.Hour)})
+	plain := e.insert("t", "d", 1)[0]
+	mixed := []store.Row{event("t", "account", "e"), event("t", "account", "f")}
+	mixed[1].Schedule = store.Schedule{After: time.Hour}
+	n, _, err := e.out.Insert(e.ctx, e.db, store.OutboxInsertParams{Rows: mixed})
+	must(t, err)
+	if n != 2 {
+		t.Fatalf("Insert of 2 rows, one scheduled, inserted %d", n)
+	}
+	got := ids(e.claim(10))
+	slices.Sort(got)
+	want := []string{past.ID, plain.ID, mixed[0].ID}
+	slices.Sort(want)
+	sameIDs(t, "due events", got, want)
+	within(t, "wait of the event due in an hour", e.row(later.ID).wait, time.Hour)
+	within(t, "wait of the event due at a time", e.row(fixed.ID).wait, 2*time.Hour)
+	within(t, "wait of the second row", e.row(mixed[1].ID).wait, time.Hour)
+	within(t, "due time in the metadata", time.Until(e.dueAt(later.ID)), time.Hour)
+	if d := e.dueAt(fixed.ID); !d.Equal(at) {
+		t.Fatalf("due time in the metadata = %v, want %v", d, at)
+	}
+}
+
+// Cancel deletes a scheduled event not due yet, by id or by key, and says
+// nothing of an event it does not know.
+func testScheduleCancel(t tb.TB, e *env) {
+	byID := e.scheduled("a", store.Schedule{After: time.Hour})
+	k1 := e.scheduled("b", store.Schedule{After: time.Hour, Key: "reminder:b"})
+	k2 := e.scheduled("c", store.Schedule{After: 2 * time.Hour, Key: "reminder:b"})
+	other := e.scheduled("d", store.Schedule{After: time.Hour, Key: "reminder:d"})
+	res, err := e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{ID: byID.ID, Cancel: true})
+	must(t, err)
+	if res != (store.RescheduleResult{Changed: 1}) {
+		t.Fatalf("cancel by id = %+v", res)
+	}
+	res, err = e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{Key: "reminder:b", Cancel: true})
+	must(t, err)
+	if res != (store.RescheduleResult{Changed: 2}) {
+		t.Fatalf("cancel by key = %+v", res)
+	}
+	for _, id := range []string{byID.ID, k1.ID, k2.ID} {
+		if e.row(id).found {
+			t.Fatalf("cancelled event %s is still there", id)
+		}
+	}
+	if !e.row(other.ID).found {
+		t.Fatal("the event of another key was cancelled")
+	}
+	res, err = e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{ID: byID.ID, Cancel: true})
+	must(t, err)
+	if res != (store.RescheduleResult{}) {
+		t.Fatalf("cancel of a cancelled event = %+v", res)
+	}
+	// In a transaction that rolls back, nothing happened.
+	tx, err := e.db.BeginTx(e.ctx, e.drv.LockingTx())
+	must(t, err)
+	res, err = e.out.Reschedule(e.ctx, tx, store.RescheduleParams{ID: other.ID, Cancel: true})
+	must(t, err)
+	must(t, tx.Rollback())
+	if res.Changed != 1 || !e.row(other.ID).found {
+		t.Fatalf("cancel rolled back = %+v, row found %v", res, e.row(other.ID).found)
+	}
+	// An unscheduled event is no scheduled event.
+	plain := e.insert("t", "e", 1)[0]
+	res, err = e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{ID: plain.ID, Cancel: true})
+	must(t, err)
+	if res != (store.RescheduleResult{}) || !e.row(plain.ID).found {
+		t.Fatalf("cancel of an unscheduled event = %+v", res)
+	}
+}
+
+// Move sets the due time of the events of a key; the zero To makes them due
+// now; their metadata follows.
+func testScheduleMove(t tb.TB, e *env) {
+	a := e.scheduled("a", store.Schedule{After: time.Hour, Key: "expire"})
+	b := e.scheduled("b", store.Schedule{After: 3 * time.Hour, Key: "expire"})
+	res, err := e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{Key: "expire", To: store.Schedule{After: 2 * time.Hour}})
+	must(t, err)
+	if res != (store.RescheduleResult{Changed: 2}) {
+		t.Fatalf("move by key = %+v", res)
+	}
+	for _, id := range []string{a.ID, b.ID} {
+		within(t, "wait after the move", e.row(id).wait, 2*time.Hour)
+		within(t, "due time in the metadata after the move", time.Until(e.dueAt(id)), 2*time.Hour)
+	}
+	if got := e.claim(10); len(got) != 0 {
+		t.Fatalf("claimed %v before they are due", ids(got))
+	}
+	res, err = e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{ID: a.ID})
+	must(t, err)
+	if res != (store.RescheduleResult{Changed: 1}) {
+		t.Fatalf("move to now = %+v", res)
+	}
+	sameIDs(t, "due after the move to now", ids(e.claim(10)), []string{a.ID})
+	within(t, "due time in the metadata after the move to now", time.Until(e.dueAt(a.ID)), 0)
+}
+
+// What Reschedule cannot change it counts: due (in flight or retrying),
+// published, dead.
+func testScheduleCounts(t tb.TB, e *env) {
+	due := e.scheduled("a", store.Schedule{At: time.Now().Add(-time.Minute), Key: "k"})
+	published := e.scheduled("b", store.Schedule{After: time.Hour, Key: "k"})
+	dead := e.scheduled("c", store.Schedule{After: time.Hour, Key: "k"})
+	e.stamp(published.ID, "due_at", time.Second)
+	e.stamp(published.ID, "processed_at", 0)
+	e.stamp(dead.ID, "due_at", time.Second)
+	e.kill(dead.ID, 0, "boom")
+	waiting := e.scheduled("d", store.Schedule{After: time.Hour, Key: "k"})
+	res, err := e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{Key: "k", Cancel: true})
+	must(t, err)
+	if want := (store.RescheduleResult{Changed: 1, Due: 1, Published: 1, Dead: 1}); res != want {
+		t.Fatalf("cancel by key = %+v, want %+v", res, want)
+	}
+	if e.row(waiting.ID).found || !e.row(due.ID).found || !e.row(published.ID).found || !e.row(dead.ID).found {
+		t.Fatal("cancel changed the wrong rows")
+	}
+	res, err = e.out.Reschedule(e.ctx, e.db, store.RescheduleParams{ID: due.ID, To: store.Schedule{After: time.Hour}})
+	must(t, err)
+	if res != (store.RescheduleResult{Due: 1}) {
+		t.Fatalf("move of a due event = %+v", res)
+	}
+}
+
+// NextDue is the wait until the earliest pending event not due yet; Stats
+// counts the scheduled events, the next one's wait and the earliest overdue
+// one's age.
+func testScheduleNextDueStats(t tb.TB, e *env) {
+	if _, ok, err := e.rel.NextDue(e.ctx, e.db); err != nil || ok {
+		t.Fatalf("NextDue of an empty outbox = %v, %v", ok, err)
+	}
+	e.insert("t", "x", 1)
+	e.scheduled("a", store.Schedule{After: 2 * time.Hour})
+	e.scheduled("b", store.Schedule{After: time.Hour})
+	d, ok, err := e.rel.NextDue(e.ctx, e.db)
+	must(t, err)
+	if !ok {
+		t.Fatal("NextDue found nothing")
+	}
+	within(t, "NextDue", d, time.Hour)
+	s, err := e.rel.Stats(e.ctx, e.db)
+	must(t, err)
+	if s.Scheduled != 2 || s.Overdue != 0 {
+		t.Fatalf("Stats = %+v, want 2 scheduled, none overdue", s)
+	}
+	within(t, "NextScheduled", s.NextScheduled, time.Hour)
+	late := e.scheduled("c", store.Schedule{After: time.Hour})
+	e.stamp(late.ID, "due_at", 10*time.Minute)
+	e.stamp(late.ID, "available_at", 10*time.Minute)
+	s, err = e.rel.Stats(e.ctx, e.db)
+	must(t, err)
+	if s.Scheduled != 3 {
+		t.Fatalf("Stats.Scheduled = %d, want 3", s.Scheduled)
+	}
+	within(t, "Overdue", s.Overdue, 10*time.Minute)
+}
+
+// An ordered claim reads without locks: a scheduled event that a writer
+// deleted (a cancel before it came due) in a transaction still open when the
+// claim reads is confirmed before it is returned, and the batch ends before
+// it, so no later event of its aggregate goes first.
+func testScheduleOrderedConfirm(t tb.TB, e *env) {
+	first := e.insert("t", "a", 1)[0]
+	sched := e.scheduled("a", store.Schedule{At: time.Now().Add(-time.Second)})
+	after := e.insert("t", "a", 1)[0]
+	tx, err := e.db.BeginTx(e.ctx, e.drv.LockingTx())
+	must(t, err)
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(e.ctx, e.sql.Rebind(`DELETE FROM `+e.q()+` WHERE id = ?`), sched.ID); err != nil {
+		t.Fatal(err)
+	}
+	// SQLite's confirmation waits for the writer: it commits soon.
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		done <- tx.Commit()
+	}()
+	b := e.ordered(100, 1, []int32{0}, nil)
+	b.Close()
+	sameIDs(t, "ordered claim while the cancel is open", ids(b.Rows()), []string{first.ID})
+	must(t, <-done)
+	b = e.ordered(100, 1, []int32{0}, nil)
+	b.Close()
+	sameIDs(t, "ordered claim after the cancel", ids(b.Rows()), []string{first.ID, after.ID})
+}
