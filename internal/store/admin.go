@@ -13,7 +13,9 @@ type TopicStats struct {
 	Pending, Failing, Dead int64
 	// OldestPending is the age of the topic's oldest pending event, by the
 	// database's clock (since its insert or its last requeue, as Stats; a
-	// requeue resets created_at); 0 when none is pending.
+	// requeue resets created_at); 0 when none is pending. A scheduled event
+	// counts only once due, and from its due time (or a later requeue): one
+	// that waits for its time is not late.
 	OldestPending time.Duration
 	// PublishedLastMinute counts the published events kept for the retention
 	// (processed_at set) that were published within the last minute, by the
@@ -53,6 +55,15 @@ type FailureGroup struct {
 	NextAttemptAt, LastFailedAt time.Time
 }
 
+// ScheduledParams say which scheduled events Admin.FindScheduled lists.
+type ScheduledParams struct {
+	// Limit is the most it lists.
+	Limit int
+	// Overdue: only the scheduled events already due by the database's
+	// clock (and still neither published nor dead), not those waiting.
+	Overdue bool
+}
+
 // Admin is what the people on call do on one outbox table (the herald command
 // and the admin page), beside Relay.Stats. The writes run in a transaction of
 // their own, begun on db as suits the database (MySQL: READ COMMITTED, so
@@ -78,6 +89,13 @@ type Admin interface {
 	// picks, by type and last error, the largest group first (then by type
 	// and error).
 	FailingGroups(ctx context.Context, x Execer, f FailingFilter, limit int) ([]FailureGroup, error)
+	// FindScheduled lists up to p.Limit scheduled events (due_at set) that
+	// are neither published nor dead, soonest due first (then in insert
+	// order), through the scheduled index, without their payloads and
+	// metadata: Row.Schedule.At is the event's due time (UTC) and
+	// Row.Schedule.Key its key, with Row.Attempts and Row.LastError (an
+	// overdue event may have failed).
+	FindScheduled(ctx context.Context, x Execer, p ScheduledParams) ([]Row, error)
 	// RequeueIDs makes the dead events ids pending again in one
 	// transaction, all of them or, when some id is not a dead event, none:
 	// it then returns those ids.

@@ -18,6 +18,8 @@ var adminTests = []test{
 	{"PurgeDeadOnlyOldDead", testAdminPurgeDead},
 	{"FailingListAndGroups", testAdminFailing},
 	{"RequeueResetsAge", testAdminRequeueAge},
+	{"FindScheduled", testAdminFindScheduled},
+	{"TopicsScheduledAge", testAdminTopicsScheduled},
 }
 
 func (e *env) admin() store.Admin { return e.drv.Admin(e.table) }
@@ -300,4 +302,81 @@ func testAdminRequeueOnlyDead(t tb.TB, e *env) {
 	if got := len(e.claim(10)); got != 4 {
 		t.Fatalf("claimed %d after the requeues, want 4", got)
 	}
+}
+
+// FindScheduled lists the scheduled events neither published nor dead, due
+// or not, soonest due first, up to the limit, with their due time, key,
+// attempts and last error; with Overdue only those already due. Events that
+// are not scheduled, and scheduled ones published or dead, are not listed.
+func testAdminFindScheduled(t tb.TB, e *env) {
+	ad := e.admin()
+	find := func(p store.ScheduledParams) []store.Row {
+		t.Helper()
+		rows, err := ad.FindScheduled(e.ctx, e.db, p)
+		must(t, err)
+		return rows
+	}
+	if rows := find(store.ScheduledParams{Limit: 10}); len(rows) != 0 {
+		t.Fatalf("FindScheduled of an empty outbox = %+v", rows)
+	}
+	e.insert("t", "x", 2)
+	later := e.scheduled("a", store.Schedule{After: 2 * time.Hour, Key: "reminder:a"})
+	soon := e.scheduled("b", store.Schedule{After: time.Hour})
+	late := e.scheduled("c", store.Schedule{After: time.Hour, Key: "reminder:c"})
+	e.stamp(late.ID, "due_at", 10*time.Minute)
+	e.stamp(late.ID, "available_at", -time.Minute)
+	e.exec(`UPDATE `+e.q()+` SET attempts = 2, last_error = ? WHERE id = ?`, "timeout", late.ID)
+	dead := e.scheduled("d", store.Schedule{After: time.Hour})
+	e.stamp(dead.ID, "due_at", time.Hour)
+	e.kill(dead.ID, time.Minute, "refused")
+	published := e.scheduled("e", store.Schedule{After: time.Hour})
+	e.stamp(published.ID, "due_at", time.Hour)
+	e.stamp(published.ID, "processed_at", time.Minute)
+
+	rows := find(store.ScheduledParams{Limit: 10})
+	sameIDs(t, "scheduled events", ids(rows), []string{late.ID, soon.ID, later.ID})
+	r := rows[0]
+	if r.Type != "t" || r.Version != 1 || r.AggregateType != "account" || r.AggregateID != "c" || r.Topic != "t" ||
+		r.Schedule.Key != "reminder:c" || r.Attempts != 2 || r.LastError != "timeout" || r.OccurredAt.IsZero() || r.Payload != nil {
+		t.Fatalf("the overdue scheduled event: %+v", r)
+	}
+	within(t, "time since the overdue event came due", time.Since(r.Schedule.At), 10*time.Minute)
+	if r := rows[2]; r.Schedule.Key != "reminder:a" || r.Attempts != 0 || r.LastError != "" {
+		t.Fatalf("the event due in two hours: %+v", r)
+	}
+	within(t, "time until the event due in two hours", time.Until(rows[2].Schedule.At), 2*time.Hour)
+	if loc := rows[1].Schedule.At.Location(); loc != time.UTC {
+		t.Fatalf("due time in %v, want UTC", loc)
+	}
+	sameIDs(t, "limit 2", ids(find(store.ScheduledParams{Limit: 2})), []string{late.ID, soon.ID})
+	sameIDs(t, "overdue", ids(find(store.ScheduledParams{Limit: 10, Overdue: true})), []string{late.ID})
+	e.stamp(soon.ID, "due_at", time.Second)
+	sameIDs(t, "overdue, two", ids(find(store.ScheduledParams{Limit: 10, Overdue: true})), []string{late.ID, soon.ID})
+	sameIDs(t, "overdue, limit 1", ids(find(store.ScheduledParams{Limit: 1, Overdue: true})), []string{late.ID})
+}
+
+// Topics counts a scheduled event as pending, but not in the oldest pending
+// age while it waits for its time; once due, its age counts from its due
+// time, not from its insert.
+func testAdminTopicsScheduled(t tb.TB, e *env) {
+	ev := e.scheduled("a", store.Schedule{After: time.Hour})
+	e.stamp(ev.ID, "created_at", 2*time.Hour)
+	topics := func() store.TopicStats {
+		t.Helper()
+		ts, err := e.admin().Topics(e.ctx, e.db)
+		must(t, err)
+		if len(ts) != 1 || ts[0].Topic != "t" {
+			t.Fatalf("Topics = %+v, want the topic t", ts)
+		}
+		return ts[0]
+	}
+	if ts := topics(); ts.Pending != 1 || ts.OldestPending != 0 {
+		t.Fatalf("Topics with an event due in an hour = %+v, want 1 pending, no age", ts)
+	}
+	e.stamp(ev.ID, "due_at", 10*time.Minute)
+	e.stamp(ev.ID, "available_at", 10*time.Minute)
+	within(t, "oldest pending age of an event due 10 minutes ago", topics().OldestPending, 10*time.Minute)
+	plain := e.insert("t", "b", 1)[0]
+	e.stamp(plain.ID, "created_at", time.Hour)
+	within(t, "oldest pending age with an event inserted an hour ago", topics().OldestPending, time.Hour)
 }

@@ -18,19 +18,24 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 type admin struct {
 	t   ident.Table
 	rel *relay
-	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, deadOfType, deadBefore, purgeSeqs string }
+	q   struct {
+		topics, published, retains, findDead, findFailing, failingGroups, deadOfType, deadBefore, purgeSeqs string
+		findScheduled, findOverdue                                                                          string
+	}
 }
 
 func newAdmin(t ident.Table) *admin {
 	a := &admin{t: t, rel: newRelay(t)}
 	rep := strings.NewReplacer("{t}", Quote(t), "{cols}", claimCols, "{set}", requeueSet, "{now}", Now)
 	// Unpublished rows only (pending and dead), by topic; the published rows a
-	// retention keeps are counted apart, through the processed index.
+	// retention keeps are counted apart, through the processed index. A
+	// scheduled event's age counts from its due time, once due.
 	a.q.topics = rep.Replace(`SELECT topic,
   SUM(dead_at IS NULL),
   SUM(dead_at IS NULL AND attempts > 0),
   SUM(dead_at IS NOT NULL),
-  TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN dead_at IS NULL THEN created_at END), {now})
+  TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN dead_at IS NOT NULL THEN NULL WHEN due_at IS NULL THEN created_at
+    WHEN due_at <= {now} THEN GREATEST(created_at, due_at) END), {now})
 FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, COUNT(*) FROM {t} WHERE processed_at >= {now} - INTERVAL 1 MINUTE GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
@@ -42,6 +47,20 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where} OR
 	a.q.failingGroups = rep.Replace(`SELECT o.type, COALESCE(o.last_error, ''), COUNT(*), MAX(o.attempts), MIN(o.available_at), MAX(o.last_failed_at) FROM {t} o
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where}
 GROUP BY o.type, COALESCE(o.last_error, '') ORDER BY COUNT(*) DESC, o.type, COALESCE(o.last_error, '') LIMIT ?`)
+	// Scheduled: the pending rows with a due time, through the scheduled
+	// index (dead_at, processed_at, due_at; forced, so that the LIMIT reads
+	// its first entries in order instead of sorting a scan), whose entries
+	// end with the primary key: in (due_at, seq) order.
+	scheduled := `SELECT o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.occurred_at, o.attempts, o.last_error,
+  o.due_at, o.schedule_key FROM {t} o FORCE INDEX ({schedIdx})
+WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.due_at IS NOT NULL{due} ORDER BY o.due_at, o.seq LIMIT ?`
+	for _, v := range []struct {
+		q   *string
+		due string
+	}{{&a.q.findScheduled, ""}, {&a.q.findOverdue, " AND o.due_at <= {now}"}} {
+		*v.q = strings.NewReplacer("{t}", Quote(t), "{due}", v.due, "{schedIdx}", Quote(ident.Table{Name: t.Derived("_scheduled_idx").Name})).Replace(scheduled)
+		*v.q = strings.ReplaceAll(*v.q, "{now}", Now)
+	}
 	// The writes find their rows first, by a read that locks nothing, then
 	// change them by the primary key (as the relay's Requeue and marks do,
 	// see bySeq): through a secondary index an UPDATE locks index entries a
@@ -135,6 +154,31 @@ func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.Faili
 		}
 		g.LastFailedAt, err = parseTime(failedAt)
 		return g, err
+	})
+}
+
+func (a *admin) FindScheduled(ctx context.Context, x store.Execer, p store.ScheduledParams) ([]store.Row, error) {
+	q := a.q.findScheduled
+	if p.Overdue {
+		q = a.q.findOverdue
+	}
+	return sqlkit.Collect(ctx, x, q, []any{p.Limit}, func(rows *sql.Rows) (store.Row, error) {
+		var (
+			r             store.Row
+			lastErr       sql.NullString
+			occurred, due any
+		)
+		if err := rows.Scan(&r.ID, &r.Type, &r.Version, &r.AggregateType, &r.AggregateID, &r.Topic, &occurred, &r.Attempts, &lastErr,
+			&due, &r.Schedule.Key); err != nil {
+			return r, err
+		}
+		r.LastError = lastErr.String
+		var err error
+		if r.OccurredAt, err = parseTime(occurred); err != nil {
+			return r, err
+		}
+		r.Schedule.At, err = parseTime(due)
+		return r, err
 	})
 }
 

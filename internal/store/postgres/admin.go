@@ -18,19 +18,24 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 type admin struct {
 	t   ident.Table
 	rel *relay
-	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, requeueType, purge string }
+	q   struct {
+		topics, published, retains, findDead, findFailing, failingGroups, requeueType, purge string
+		findScheduled, findOverdue                                                           string
+	}
 }
 
 func newAdmin(t ident.Table) *admin {
 	a := &admin{t: t, rel: newRelay(t)}
 	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet)
 	// Unpublished rows only (pending and dead), by topic; the published rows a
-	// retention keeps are counted apart, through the processed index.
+	// retention keeps are counted apart, through the processed index. A
+	// scheduled event's age counts from its due time, once due.
 	a.q.topics = rep.Replace(`SELECT topic,
   count(*) FILTER (WHERE dead_at IS NULL),
   count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),
   count(*) FILTER (WHERE dead_at IS NOT NULL),
-  (extract(epoch FROM now() - min(created_at) FILTER (WHERE dead_at IS NULL)) * 1e6)::bigint
+  (extract(epoch FROM now() - min(CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= now() THEN greatest(created_at, due_at) END)
+    FILTER (WHERE dead_at IS NULL)) * 1e6)::bigint
 FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= now() - interval '1 minute' GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
@@ -42,6 +47,13 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where} OR
 	a.q.failingGroups = rep.Replace(`SELECT o.type, coalesce(o.last_error, ''), count(*), max(o.attempts), min(o.available_at), max(o.last_failed_at) FROM {t} o
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 {where}
 GROUP BY o.type, coalesce(o.last_error, '') ORDER BY count(*) DESC, o.type, coalesce(o.last_error, '') LIMIT {limit}`)
+	// Scheduled: the pending rows with a due time, in the scheduled index's
+	// order (a partial index on due_at of exactly those rows).
+	scheduled := `SELECT o.id::text, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.occurred_at, o.attempts, o.last_error,
+  o.due_at, o.schedule_key FROM {t} o
+WHERE o.due_at IS NOT NULL AND o.processed_at IS NULL AND o.dead_at IS NULL{due} ORDER BY o.due_at, o.seq LIMIT $1`
+	a.q.findScheduled = strings.NewReplacer("{t}", t.Quoted(), "{due}", "").Replace(scheduled)
+	a.q.findOverdue = strings.NewReplacer("{t}", t.Quoted(), "{due}", " AND o.due_at <= now()").Replace(scheduled)
 	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = $1`)
 	// The pick skips rows others locked (another operator's requeue in
 	// progress), and the DELETE checks again that each row it deletes is
@@ -124,6 +136,24 @@ func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.Faili
 		err := rows.Scan(&g.Type, &g.LastError, &g.Events, &g.MaxAttempts, &g.NextAttemptAt, &failedAt)
 		g.LastFailedAt = failedAt.Time
 		return g, err
+	})
+}
+
+func (a *admin) FindScheduled(ctx context.Context, x store.Execer, p store.ScheduledParams) ([]store.Row, error) {
+	q := a.q.findScheduled
+	if p.Overdue {
+		q = a.q.findOverdue
+	}
+	return sqlkit.Collect(ctx, x, q, []any{p.Limit}, func(rows *sql.Rows) (store.Row, error) {
+		var (
+			r       store.Row
+			lastErr sql.NullString
+			due     time.Time
+		)
+		err := rows.Scan(&r.ID, &r.Type, &r.Version, &r.AggregateType, &r.AggregateID, &r.Topic, &r.OccurredAt, &r.Attempts, &lastErr,
+			&due, &r.Schedule.Key)
+		r.LastError, r.Schedule.At = lastErr.String, due.UTC()
+		return r, err
 	})
 }
 

@@ -17,19 +17,24 @@ func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 type admin struct {
 	t   ident.Table
 	rel *relay
-	q   struct{ topics, published, retains, findDead, findFailing, failingGroups, requeueType, purge string }
+	q   struct {
+		topics, published, retains, findDead, findFailing, failingGroups, requeueType, purge string
+		findScheduled, findOverdue                                                           string
+	}
 }
 
 func newAdmin(t ident.Table) *admin {
 	a := &admin{t: t, rel: newRelay(t)}
 	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet, "{now}", Now)
 	// Unpublished rows only (pending and dead), by topic; the published rows a
-	// retention keeps are counted apart, through the processed index.
+	// retention keeps are counted apart, through the processed index. A
+	// scheduled event's age counts from its due time, once due.
 	a.q.topics = rep.Replace(`SELECT topic,
   coalesce(sum(dead_at IS NULL), 0),
   coalesce(sum(dead_at IS NULL AND attempts > 0), 0),
   coalesce(sum(dead_at IS NOT NULL), 0),
-  {now} - min(CASE WHEN dead_at IS NULL THEN created_at END)
+  {now} - min(CASE WHEN dead_at IS NOT NULL THEN NULL WHEN due_at IS NULL THEN created_at
+    WHEN due_at <= {now} THEN max(created_at, due_at) END)
 FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= {now} - 60000000 GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
@@ -41,6 +46,13 @@ WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 {where} ORDER BY
 	a.q.failingGroups = rep.Replace(`SELECT type, coalesce(last_error, ''), count(*), max(attempts), min(available_at), max(last_failed_at) FROM {t}
 WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 {where}
 GROUP BY type, coalesce(last_error, '') ORDER BY count(*) DESC, type, coalesce(last_error, '') LIMIT ?`)
+	// Scheduled: the pending rows with a due time, in the scheduled index's
+	// order (a partial index on due_at of exactly those rows, its entries
+	// ending with the rowid, seq).
+	scheduled := `SELECT id, type, version, aggregate_type, aggregate_id, topic, occurred_at, attempts, last_error, due_at, schedule_key FROM {t}
+WHERE due_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL{due} ORDER BY due_at, seq LIMIT ?`
+	a.q.findScheduled = strings.NewReplacer("{t}", t.Quoted(), "{due}", "").Replace(scheduled)
+	a.q.findOverdue = strings.NewReplacer("{t}", t.Quoted(), "{due}", " AND due_at <= "+Now).Replace(scheduled)
 	a.q.requeueType = rep.Replace(`UPDATE {t} SET {set} WHERE dead_at IS NOT NULL AND type = ?`)
 	// The DELETE checks again that each row it deletes is dead for that
 	// long, as on the other databases (SQLite's single writer runs the
@@ -132,6 +144,26 @@ func (a *admin) FailingGroups(ctx context.Context, x store.Execer, f store.Faili
 			g.LastFailedAt = time.UnixMicro(failedAt.Int64).UTC()
 		}
 		return g, nil
+	})
+}
+
+func (a *admin) FindScheduled(ctx context.Context, x store.Execer, p store.ScheduledParams) ([]store.Row, error) {
+	q := a.q.findScheduled
+	if p.Overdue {
+		q = a.q.findOverdue
+	}
+	return sqlkit.Collect(ctx, x, q, []any{p.Limit}, func(rows *sql.Rows) (store.Row, error) {
+		var (
+			r             store.Row
+			occurred, due int64
+			lastErr       sql.NullString
+		)
+		if err := rows.Scan(&r.ID, &r.Type, &r.Version, &r.AggregateType, &r.AggregateID, &r.Topic, &occurred, &r.Attempts, &lastErr,
+			&due, &r.Schedule.Key); err != nil {
+			return r, err
+		}
+		r.OccurredAt, r.Schedule.At, r.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(due).UTC(), lastErr.String
+		return r, nil
 	})
 }
 
