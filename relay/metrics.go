@@ -25,7 +25,9 @@ type metrics struct {
 	deadC                   metric.Int64Counter
 	pending, failing, deadG metric.Int64ObservableGauge
 	oldest                  metric.Float64ObservableGauge
-	deadTuples, size        metric.Int64ObservableGauge // where the database reports them
+	scheduled               metric.Int64ObservableGauge   // scheduled events not published
+	nextScheduled, overdue  metric.Float64ObservableGauge // seconds
+	deadTuples, size        metric.Int64ObservableGauge   // where the database reports them
 	oldestXact              metric.Float64ObservableGauge
 }
 
@@ -48,6 +50,12 @@ func newMetrics(mp metric.MeterProvider, table string) *metrics {
 		metric.WithDescription("Dead events, waiting to be requeued."))
 	m.oldest, _ = m.meter.Float64ObservableGauge("herald.outbox.oldest_pending_age", metric.WithUnit("s"),
 		metric.WithDescription("Age of the oldest pending event."))
+	m.scheduled, _ = m.meter.Int64ObservableGauge("herald.outbox.scheduled", metric.WithUnit("{event}"),
+		metric.WithDescription("Scheduled events not yet published and not dead, due or not."))
+	m.nextScheduled, _ = m.meter.Float64ObservableGauge("herald.outbox.next_scheduled", metric.WithUnit("s"),
+		metric.WithDescription("Time until the earliest scheduled event not due yet comes due; 0 when none waits."))
+	m.overdue, _ = m.meter.Float64ObservableGauge("herald.outbox.scheduled_overdue", metric.WithUnit("s"),
+		metric.WithDescription("Time since the earliest scheduled event that is due and not yet published came due; 0 when none is."))
 	m.deadTuples, _ = m.meter.Int64ObservableGauge("herald.outbox.dead_tuples", metric.WithUnit("{tuple}"),
 		metric.WithDescription("The database's estimate of the outbox's dead row versions, not yet vacuumed (PostgreSQL)."))
 	m.size, _ = m.meter.Int64ObservableGauge("herald.outbox.size", metric.WithUnit("By"),
@@ -80,7 +88,8 @@ func (m *metrics) died(n int) {
 // when it is known.
 func (r *Relay) observeOutbox() func() {
 	m := r.m
-	gauges := []metric.Observable{m.pending, m.failing, m.deadG, m.oldest, m.deadTuples, m.size, m.oldestXact}
+	gauges := []metric.Observable{m.pending, m.failing, m.deadG, m.oldest, m.scheduled, m.nextScheduled, m.overdue,
+		m.deadTuples, m.size, m.oldestXact}
 	for _, g := range gauges {
 		if g == nil {
 			return func() {}
@@ -97,6 +106,9 @@ func (r *Relay) observeOutbox() func() {
 		o.ObserveInt64(m.failing, s.Failing, m.attrs)
 		o.ObserveInt64(m.deadG, s.Dead, m.attrs)
 		o.ObserveFloat64(m.oldest, s.OldestPending.Seconds(), m.attrs)
+		o.ObserveInt64(m.scheduled, s.Scheduled, m.attrs)
+		o.ObserveFloat64(m.nextScheduled, s.NextScheduled.Seconds(), m.attrs)
+		o.ObserveFloat64(m.overdue, s.Overdue.Seconds(), m.attrs)
 		if st.Storage {
 			o.ObserveInt64(m.deadTuples, s.DeadTuples, m.attrs)
 			o.ObserveInt64(m.size, s.TableBytes, m.attrs)

@@ -23,6 +23,18 @@ type Stats struct {
 	// OldestPending is the age of the oldest pending event (since its insert
 	// or, for a requeued event, its last requeue); 0 when none is pending.
 	OldestPending time.Duration
+	// Scheduled is the number of scheduled events (events.Schedule) not yet
+	// published and not dead, due or not; they are counted in Pending too.
+	Scheduled int64
+	// NextScheduled is how long until the earliest scheduled event that is
+	// not due yet comes due, by the database's clock; 0 when none waits.
+	NextScheduled time.Duration
+	// Overdue is how long ago the earliest scheduled event that is due and
+	// not published yet came due, by the database's clock; 0 when none is.
+	// While relays keep up it stays below a PollInterval (a relay waits no
+	// longer than the next due time); growing, the event is not being
+	// published: it fails (Failing), or no relay runs.
+	Overdue time.Duration
 	// DeadTuples is the database's estimate of the outbox table's dead row
 	// versions: published rows deleted (or updated, with a Retention) that
 	// vacuum has not removed yet, summed over partitions (PostgreSQL's
@@ -48,8 +60,8 @@ type Stats struct {
 }
 
 // Stats reads the pending, failing and dead counts, the oldest pending
-// event's age and the storage figures from the database, and adds this
-// relay's counters.
+// event's age, the scheduled events' figures and the storage figures from
+// the database, and adds this relay's counters.
 func (r *Relay) Stats(ctx context.Context) (Stats, error) {
 	s, _, err := r.stats(ctx)
 	return s, err
@@ -62,6 +74,7 @@ func (r *Relay) stats(ctx context.Context) (Stats, store.Stats, error) {
 		return Stats{}, st, fmt.Errorf("relay: stats: %w", err)
 	}
 	s := Stats{Pending: st.Pending, Failing: st.Failing, Dead: st.Dead, OldestPending: st.OldestPending,
+		Scheduled: st.Scheduled, NextScheduled: st.NextScheduled, Overdue: st.Overdue,
 		DeadTuples: st.DeadTuples, TableBytes: st.TableBytes,
 		OldestTransactionAge: st.OldestXact, OldestTransactionKnown: st.OldestXactKnown}
 	s.Published, s.Failed, s.Died = r.m.published.Load(), r.m.failed.Load(), r.m.dead.Load()
