@@ -250,7 +250,7 @@ func addBacklog(db *gorm.DB, n int, topic string) error {
 // table made by the hook), on PostgreSQL in one INSERT ... SELECT, elsewhere
 // through outboxhook.AddMessages in transactions of 1000.
 func loadOutbox(db *gorm.DB, n int, topic string) error {
-	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+	if err := usePlugin(db, outboxhook.Config{}); err != nil {
 		return err
 	}
 	if db.Dialector.Name() == "postgres" {

@@ -6,6 +6,8 @@
 //	go run ./internal/bench latency [-rate 1000] [-duration 10s]
 //	go run ./internal/bench inbox [-workers 8] [-duration 4s] [-rounds 3]
 //	go run ./internal/bench wal [-parts write,burn,latency] [-sizes 100000,1000000]
+//	go run ./internal/bench schedule-latency [-db postgres] [-rate 1000] [-delay 2s] [-duration 10s] [-wake=false] [-poll 1s]
+//	go run ./internal/bench relay -scheduled 1000000 [-db postgres] [-events 100000] [-rounds 3]
 package main
 
 import (
@@ -31,6 +33,8 @@ func main() {
 		err = runLatency(fs, os.Args[2:])
 	case "wal":
 		err = runWAL(fs, os.Args[2:])
+	case "schedule-latency":
+		err = runScheduleLatency(fs, os.Args[2:])
 	case "latency-child":
 		err = runLatencyChild()
 	default:
@@ -43,6 +47,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency|inbox|wal [flags]")
+	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency|inbox|wal|schedule-latency [flags]")
 	os.Exit(2)
 }

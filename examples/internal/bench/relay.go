@@ -170,6 +170,9 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	conc := fs.Int("concurrency", 0, "relay PublishConcurrency (0: the default)")
 	workers := fs.Int("workers", 0, "relay Workers (0: the default)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	scheduled := fs.Int("scheduled", 0, "instead of the usual scenarios: Herald's relay, unordered and ordered, with none and with this many events scheduled -scheduled-ahead written before the due ones, side by side in each of -rounds rounds, to the first publisher; then the claims' plans")
+	ahead := fs.Duration("scheduled-ahead", time.Hour, "with -scheduled: how far ahead the scheduled events are due")
+	explainFlag := fs.Bool("explain", true, "with -scheduled: print the claims' plans with the scheduled events present")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -181,6 +184,10 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	bdb, err := pickDB(*dbName)
 	if err != nil {
 		return err
+	}
+	if *scheduled > 0 {
+		return runScheduledBurn(bdb, *n, *scheduled, *ahead, strings.Split(*pubs, ",")[0], *rounds, *only,
+			relay.Config{BatchSize: *batch, PublishConcurrency: *conc, Workers: *workers}, *explainFlag)
 	}
 	// Each scenario runs in a fresh schema (database, file); outboxed scenarios find the n events
 	// already in the outbox, loaded through db.
