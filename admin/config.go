@@ -34,9 +34,13 @@ type Config struct {
 	// whose publish failed, by type and last error) the page and its JSON
 	// list, the largest group first. Defaults to 100.
 	FailingLimit int
+	// ScheduledLimit is how many scheduled events (neither published nor
+	// dead) the page and its JSON list, soonest due first. Defaults to 100.
+	ScheduledLimit int
 	// MaxAge is the age of the oldest pending event past which the outbox is
 	// unhealthy (Status.Problems), as dead events make it; negative, the age
-	// never is a problem. Defaults to 5m.
+	// never is a problem. The page also shows in red a scheduled event due
+	// longer than it and not published. Defaults to 5m.
 	MaxAge time.Duration
 	// WALSlot is the replication slot of a WAL relay (walrelay.Config.Slot)
 	// that Status, the page and api/status report, on PostgreSQL: its lag,
@@ -55,15 +59,16 @@ type Config struct {
 	// that. Due events waiting longer than it while no relay is alive make
 	// the outbox unhealthy. Defaults to 1m (DefaultRelayTimeout).
 	RelayTimeout time.Duration
-	// Wake is called after a requeue, so that a relay of this process
-	// publishes the requeued events at once: the relay's Wake. Without it,
-	// relays find them at their next poll, or on PostgreSQL when woken
-	// through Channel. Defaults to none.
+	// Wake is called after a requeue, and after a scheduled event is made
+	// due (Outbox.PublishNow), so that a relay of this process publishes the
+	// events at once: the relay's Wake. Without it, relays find them at
+	// their next poll, or on PostgreSQL when woken through Channel. Defaults
+	// to none.
 	Wake func()
-	// Channel is the LISTEN/NOTIFY channel a requeue notifies on PostgreSQL,
-	// waking the relays of every process at once; it must match the relays'
-	// (relay.Config.Channel). Defaults to "herald_outbox"
-	// (relay.DefaultChannel).
+	// Channel is the LISTEN/NOTIFY channel a requeue (or a publish now)
+	// notifies on PostgreSQL, waking the relays of every process at once; it
+	// must match the relays' (relay.Config.Channel). Defaults to
+	// "herald_outbox" (relay.DefaultChannel).
 	Channel string
 	// Title heads the page. Defaults to "Herald outbox".
 	Title string
@@ -76,12 +81,13 @@ type Config struct {
 const DefaultMaxWALLag int64 = 1 << 30
 
 const (
-	defaultTable     = store.DefaultOutbox
-	defaultDeadLimit = 100
-	defaultFailLimit = 100
-	defaultMaxAge    = 5 * time.Minute
-	defaultChannel   = store.DefaultChannel
-	defaultTitle     = "Herald outbox"
+	defaultTable      = store.DefaultOutbox
+	defaultDeadLimit  = 100
+	defaultFailLimit  = 100
+	defaultSchedLimit = 100
+	defaultMaxAge     = 5 * time.Minute
+	defaultChannel    = store.DefaultChannel
+	defaultTitle      = "Herald outbox"
 )
 
 func (c *Config) setDefaults() {
@@ -93,6 +99,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.FailingLimit == 0 {
 		c.FailingLimit = defaultFailLimit
+	}
+	if c.ScheduledLimit == 0 {
+		c.ScheduledLimit = defaultSchedLimit
 	}
 	if c.MaxAge == 0 {
 		c.MaxAge = defaultMaxAge
@@ -146,6 +155,9 @@ func (c *Config) parse() (ident.Table, error) {
 	}
 	if c.FailingLimit < 0 {
 		errs = append(errs, fmt.Errorf("FailingLimit is %d, must not be negative", c.FailingLimit))
+	}
+	if c.ScheduledLimit < 0 {
+		errs = append(errs, fmt.Errorf("ScheduledLimit is %d, must not be negative", c.ScheduledLimit))
 	}
 	cop := http.NewCrossOriginProtection()
 	for _, o := range c.TrustedOrigins {

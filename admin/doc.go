@@ -1,6 +1,7 @@
 // Package admin is for the people on call: an http.Handler a service mounts to
-// see what its outbox holds and to requeue dead events, and the operations
-// behind it (Outbox), which the herald command runs too.
+// see what its outbox holds, to requeue dead events and to cancel scheduled
+// events or publish them now, and the operations behind it (Outbox), which
+// the herald command runs too.
 //
 //	h, err := admin.New(db, admin.Config{AllowWrites: true, Wake: r.Wake})
 //	mux.Handle("/admin/outbox/", http.StripPrefix("/admin/outbox", requireOperator(h)))
@@ -11,13 +12,17 @@
 // (Printable: an ESC byte is shown as \x1b):
 // the figures per topic (pending, failing, dead, age of the oldest pending
 // event, events published in the last minute when a retention keeps them),
-// the failing events (pending, their publish failed at least once) grouped
+// the scheduled events (events.Schedule: how many wait, when the next comes
+// due, how long the earliest due one has waited unpublished, and the events
+// themselves, soonest due first, with their keys and due times), the failing
+// events (pending, their publish failed at least once) grouped
 // by type and last error with their attempts and next attempt, the dead
 // events with their last errors (whole, wrapped), whether relays are alive
 // (Outbox.Relays: each relay instance with its last heartbeat and, in ordered
 // mode, its partition leases, and the due backlog; "no relay seen for X" in
 // red when events are due and none is alive), and, when Config.AllowWrites is
-// set, a requeue button per dead event and a requeue-all button. With
+// set, a requeue button per dead event and a requeue-all button, and a
+// publish-now and a cancel button per scheduled event not due yet. With
 // Config.WALSlot (events kept in the WAL, outboxhook.StorageWAL, published
 // by walrelay) it shows the relay's replication slot too: whether it exists
 // and a relay streams it, its wal_status, its lag and the WAL it holds back
@@ -31,6 +36,8 @@
 //	GET  /api/dead/{id}     one dead event as JSON (DeadEvent)
 //	POST /requeue           requeue the dead events named by the form's id fields
 //	POST /requeue-all       requeue every dead event
+//	POST /publish-now       make the scheduled event the form's id names due now
+//	POST /cancel-scheduled  cancel the scheduled event the form's id names
 //
 // The handler does no authentication: mount it behind the service's own.
 //
@@ -39,7 +46,11 @@
 // The handler is read-only unless Config.AllowWrites is set: without it the
 // page shows no buttons and a POST is refused with 403 Forbidden. The POST
 // routes answer a form with a redirect (303) to the page, which says what was
-// done, and a request that accepts application/json with JSON.
+// done, and a request that accepts application/json with JSON. Only a
+// scheduled event not due yet (by the database's clock) can be cancelled or
+// published now: for one due, published or dead already, or unknown, the page
+// says so and changes nothing (JSON: 409, or 404 for an unknown id, with the
+// ScheduleOutcome).
 //
 // # Cross-site request forgery
 //

@@ -42,7 +42,12 @@ type Report struct {
 	// type and last error), the largest first; Status.Total.Failing counts
 	// the events.
 	Failing []FailureGroup `json:"failing"`
-	// Writes tells whether the page may requeue (Config.AllowWrites).
+	// Scheduled are up to Config.ScheduledLimit scheduled events neither
+	// published nor dead, soonest due first; Status.Scheduled.Count counts
+	// them all.
+	Scheduled []ScheduledEvent `json:"scheduled"`
+	// Writes tells whether the page may requeue, cancel scheduled events
+	// and publish them now (Config.AllowWrites).
 	Writes bool `json:"writes"`
 }
 
@@ -68,6 +73,7 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 		},
 		"p":     Printable,
 		"lines": func(s string) string { return PrintableLines(s, "") },
+		"aget":  func(s float64) string { return Age(seconds(s).Truncate(time.Second)) },
 		"agep":  func(s *float64) string { return Age(time.Duration(*s * float64(time.Second)).Truncate(time.Second)) },
 		"lease": func(s *float64) string {
 			if d := time.Duration(*s * float64(time.Second)).Truncate(time.Second); d > 0 {
@@ -78,6 +84,9 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 			return "ends now"
 		},
 		"ago": func(now, t time.Time) string { return Age(max(0, now.Sub(t)).Truncate(time.Second)) + " ago" },
+		// late: a scheduled event due at t is overdue past Config.MaxAge.
+		"late":   func(now, t time.Time) bool { return cfg.MaxAge > 0 && now.Sub(t) > cfg.MaxAge },
+		"future": func(now, t time.Time) bool { return t.After(now) },
 		"due": func(now, t time.Time) string {
 			if d := t.Sub(now).Truncate(time.Second); d > 0 {
 				return "in " + Age(d)
@@ -95,6 +104,8 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 	mux.HandleFunc("GET /api/dead/{id}", h.serveDeadJSON)
 	mux.HandleFunc("POST /requeue", h.write(h.requeue))
 	mux.HandleFunc("POST /requeue-all", h.write(h.requeueAll))
+	mux.HandleFunc("POST /cancel-scheduled", h.write(h.reschedule(false)))
+	mux.HandleFunc("POST /publish-now", h.write(h.reschedule(true)))
 	cop := http.NewCrossOriginProtection()
 	for _, origin := range cfg.TrustedOrigins {
 		_ = cop.AddTrustedOrigin(origin) // checked by Validate
@@ -138,9 +149,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 type pageData struct {
 	Config Config
 	Report
-	Flash, Error string
-	More         int64 // dead events not listed
-	MoreFailing  int64 // failing events not in the groups listed
+	Flash, Error  string
+	More          int64 // dead events not listed
+	MoreFailing   int64 // failing events not in the groups listed
+	MoreScheduled int64 // scheduled events not listed
+	// LateScheduled: the earliest due scheduled event has waited past
+	// Config.MaxAge.
+	LateScheduled bool
 }
 
 func (h *Handler) report(ctx context.Context) (Report, error) {
@@ -149,7 +164,7 @@ func (h *Handler) report(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	if st.TableMissing { // WAL mode: no table, only the slot
-		return Report{Status: st, Dead: []DeadEvent{}, Failing: []FailureGroup{}, Writes: h.cfg.AllowWrites}, nil
+		return Report{Status: st, Dead: []DeadEvent{}, Failing: []FailureGroup{}, Scheduled: []ScheduledEvent{}, Writes: h.cfg.AllowWrites}, nil
 	}
 	dead, err := h.o.Dead(ctx, DeadFilter{}, h.cfg.DeadLimit)
 	if err != nil {
@@ -162,7 +177,11 @@ func (h *Handler) report(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return Report{Status: st, Dead: dead, Failing: failing, Writes: h.cfg.AllowWrites}, nil
+	sched, err := h.o.Scheduled(ctx, ScheduledFilter{}, h.cfg.ScheduledLimit)
+	if err != nil {
+		return Report{}, err
+	}
+	return Report{Status: st, Dead: dead, Failing: failing, Scheduled: sched, Writes: h.cfg.AllowWrites}, nil
 }
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
@@ -180,6 +199,10 @@ func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
 	for _, g := range rep.Failing {
 		d.MoreFailing -= g.Events
 	}
+	if sf := rep.Status.Scheduled; sf != nil {
+		d.MoreScheduled = sf.Count - int64(len(rep.Scheduled))
+		d.LateScheduled = h.cfg.MaxAge > 0 && sf.Overdue() > h.cfg.MaxAge
+	}
 	h.render(w, h.page, http.StatusOK, d)
 }
 
@@ -195,6 +218,11 @@ func flash(q url.Values) string {
 			return "Event " + id.String() + " is not dead (requeued or purged since): nothing was requeued."
 		}
 		return "Some of the events are not dead (requeued or purged since): nothing was requeued."
+	}
+	if v := ScheduleOutcome(q.Get("scheduled")); v.sentence("") != "" {
+		if id, err := uuid.Parse(q.Get("id")); err == nil {
+			return v.sentence(id.String())
+		}
 	}
 	return ""
 }
@@ -328,6 +356,59 @@ func (h *Handler) requeueAll(w http.ResponseWriter, r *http.Request) {
 	}
 	h.o.log.Info("admin: requeued all", "n", n)
 	h.done(w, r, n)
+}
+
+// rescheduled is what the scheduled event routes answer a JSON client.
+type rescheduled struct {
+	ID      string          `json:"id"`
+	Outcome ScheduleOutcome `json:"outcome"`
+}
+
+// reschedule returns the route that cancels the scheduled event the form's
+// id names or, with now, makes it due now. It answers 200 when it did, 404
+// when no scheduled event has the id, 409 when it is due, published or dead
+// already (a JSON client), or redirects to the page, which says which.
+func (h *Handler) reschedule(now bool) http.HandlerFunc {
+	what, do := "cancel scheduled event", h.o.CancelScheduled
+	if now {
+		what, do = "publish scheduled event now", h.o.PublishNow
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("admin: %s: %w", what, err))
+			return
+		}
+		ids := r.PostForm["id"]
+		if len(ids) != 1 {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("admin: %s: give one id", what))
+			return
+		}
+		id, err := parseID(ids[0])
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		out, err := do(r.Context(), id)
+		if err != nil {
+			h.o.log.Error("admin: "+what, "id", id, "err", err)
+			h.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
+		h.o.log.Info("admin: "+what, "id", id, "outcome", string(out))
+		if wantsJSON(r) {
+			status := http.StatusOK
+			switch {
+			case out == ScheduleNotFound:
+				status = http.StatusNotFound
+			case !out.Changed():
+				status = http.StatusConflict
+			}
+			writeJSON(w, status, rescheduled{ID: id.String(), Outcome: out})
+			return
+		}
+		w.Header().Set("Location", "./?"+url.Values{"scheduled": {string(out)}, "id": {id.String()}}.Encode())
+		w.WriteHeader(http.StatusSeeOther)
+	}
 }
 
 // done answers a POST that requeued n events.

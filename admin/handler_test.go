@@ -76,7 +76,7 @@ func TestHandlerReadOnly(t *testing.T) {
 			t.Fatalf("headers %v", res.Header())
 		}
 
-		for _, path := range []string{"/requeue", "/requeue-all"} {
+		for _, path := range []string{"/requeue", "/requeue-all", "/publish-now", "/cancel-scheduled"} {
 			res, body := serve(t, h, post(path, url.Values{"id": {ids[1].String()}}, "same-origin", "http://admin.example"))
 			if res.Code != http.StatusForbidden || !strings.Contains(body, "read-only") {
 				t.Fatalf("POST %s read-only: %d %s", path, res.Code, body)

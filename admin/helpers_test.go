@@ -83,3 +83,22 @@ func (e *env) stamp(id uuid.UUID, column string, d time.Duration) {
 }
 
 func (e *env) fail(id uuid.UUID) { testkit.FailEvent(e.t, e.db, id) }
+
+// schedule writes events scheduled by s and returns their ids, in order.
+func (e *env) schedule(s events.Schedule, evs ...events.Event) []uuid.UUID {
+	e.t.Helper()
+	before := len(testkit.Outbox(e.t, e.db))
+	testkit.Must(e.t, outboxhook.Schedule(e.db, s, evs...))
+	var ids []uuid.UUID
+	for _, r := range testkit.Outbox(e.t, e.db)[before:] {
+		ids = append(ids, r.ID)
+	}
+	return ids
+}
+
+// overdue makes the scheduled event id due since ago.
+func (e *env) overdue(id uuid.UUID, ago time.Duration) {
+	e.t.Helper()
+	e.stamp(id, "due_at", ago)
+	e.stamp(id, "available_at", ago)
+}

@@ -40,6 +40,8 @@ type Outbox struct {
 	db    *sql.DB
 	drv   store.Driver
 	adm   store.Admin
+	out   store.Outbox // Reschedule
+	rel   store.Relay  // Stats: the scheduled figures
 	table ident.Table
 	log   *slog.Logger
 }
@@ -91,6 +93,8 @@ func newOutbox(db *gorm.DB, cfg Config) (*Outbox, error) {
 		db:    conn.DB,
 		drv:   conn.Driver,
 		adm:   conn.Driver.Admin(table),
+		out:   conn.Driver.Outbox(table),
+		rel:   conn.Driver.Relay(table),
 		table: table,
 		log:   cfg.Logger.With("component", "herald.admin", "table", table.String()),
 	}, nil
@@ -143,6 +147,10 @@ type Status struct {
 	// Topics are the figures of each topic with pending or dead events, or
 	// with events published within the last minute, by topic name.
 	Topics []Figures `json:"topics"`
+	// Scheduled are the figures of the scheduled events: how many wait, when
+	// the next comes due, how long the earliest due one has waited to be
+	// published; nil when the table is missing.
+	Scheduled *ScheduledFigures `json:"scheduled,omitempty"`
 	// TableMissing is true when the outbox table does not exist, which
 	// only Config.WALSlot allows (StorageWAL keeps no table): the figures
 	// are then zero.
@@ -163,10 +171,10 @@ type Status struct {
 	Problems []string `json:"problems"`
 }
 
-// Status reads the figures per topic, sums them and judges them: dead events,
-// or a pending event older than Config.MaxAge, are problems; so are, with
-// Config.WALSlot, a missing or invalidated slot and a lag past
-// Config.MaxWALLag.
+// Status reads the figures per topic, sums them, reads the scheduled events'
+// figures, and judges them: dead events, or a pending event older than
+// Config.MaxAge, are problems; so are, with Config.WALSlot, a missing or
+// invalidated slot and a lag past Config.MaxWALLag.
 func (o *Outbox) Status(ctx context.Context) (Status, error) {
 	s := Status{Table: o.table.String(), Database: o.drv.Name(), At: time.Now().UTC(), Topics: []Figures{}, Problems: []string{}}
 	if o.cfg.WALSlot != "" {
@@ -238,6 +246,11 @@ func (o *Outbox) tableStatus(ctx context.Context, s *Status) error {
 	if retains {
 		s.Total.PublishedLastMinute = &published
 	}
+	sf, err := o.scheduledFigures(ctx)
+	if err != nil {
+		return err
+	}
+	s.Scheduled = &sf
 	return nil
 }
 
