@@ -48,6 +48,9 @@ type Object struct {
 	// making it (After): a change to the table, which self-creation makes
 	// only on a table it made in the same call.
 	Replaces bool
+	// Drops are the indexes the Replaces statements drop (each migration's
+	// objects list them once; later objects lists leave them out).
+	Drops []ident.Table
 }
 
 // Migration names the migration an object comes from ("0004_outbox_upgrade").

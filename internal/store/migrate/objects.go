@@ -3,6 +3,7 @@ package migrate
 import (
 	"io/fs"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -82,7 +83,7 @@ func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) str
 
 var (
 	createdRE   = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
-	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s`)
+	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?([^\s;]+)`)
 	columnRE    = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\S+)`)
 	stepRE      = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
 )
@@ -121,7 +122,10 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 		} else if len(out) > 0 && s.check == "" {
 			last := &out[len(out)-1]
 			last.After = append(last.After, o.SQL)
-			last.Replaces = last.Replaces || (last.Kind == store.KindIndex && dropIndexRE.MatchString(s.sql))
+			if m := dropIndexRE.FindStringSubmatch(s.sql); m != nil && last.Kind == store.KindIndex {
+				last.Replaces = true
+				last.Drops = append(last.Drops, name(m[1]))
+			}
 			continue
 		} else {
 			o.Kind, o.Check = store.KindStep, render(s.check)
@@ -155,6 +159,9 @@ func SchemaObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table
 			return nil, err
 		}
 		for _, o := range objs {
+			for _, d := range o.Drops { // an index a later migration replaced
+				out = slices.DeleteFunc(out, func(p store.Object) bool { return p.Kind == store.KindIndex && p.Name == d })
+			}
 			if o.Kind == store.KindIndex {
 				if on := o.On.Name; on != "" && derivesTable(o.On, t) {
 					out = append(out, o)

@@ -77,16 +77,26 @@ WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
 ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
 	// It also reads whether each row is a scheduled event, which the claim
 	// confirms (confirm) before it returns it.
-	q.claimOrdered = rep.Replace(`WITH blocked AS (
-  SELECT aggregate_type, aggregate_id, MIN(seq) AS seq FROM {t}
-  WHERE {pending} AND available_at > {now} AND aggregate_id <> ''
-  GROUP BY aggregate_type, aggregate_id)
-SELECT {cols}, o.due_at IS NOT NULL FROM {t} o
-WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
-  AND {part} IN ({owned})
-  AND NOT EXISTS (SELECT 1 FROM blocked b
-    WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq)
-ORDER BY o.seq LIMIT ?`)
+	// The events due at once (due_at NULL) are read in seq order through
+	// the ordered index, where the scheduled ones sort after them; the
+	// scheduled ones due through the scheduled index (few: they are
+	// published as they come due); the lowest of both in seq order are
+	// claimed. An event is held back while an earlier event of its
+	// aggregate is pending and not due (a retry, an event scheduled in
+	// line), asked per candidate through the aggregate index: a set of the
+	// blocked aggregates built first read every event scheduled for later
+	// at each claim.
+	ordered := `(SELECT {cols}, o.due_at IS NOT NULL AS scheduled FROM {t} o
+  WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND {due} AND o.available_at <= {now}
+    AND {part} IN ({owned})
+    AND NOT EXISTS (SELECT 1 FROM {t} b
+      WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.dead_at IS NULL
+        AND b.processed_at IS NULL AND b.seq < o.seq AND b.available_at > {now} AND b.aggregate_id <> '')
+  ORDER BY o.seq LIMIT ?)`
+	q.claimOrdered = rep.Replace(strings.Replace(ordered, "{due}", "o.due_at IS NULL", 1) + `
+UNION ALL
+` + strings.Replace(ordered, "{due}", "o.due_at IS NOT NULL AND o.due_at <= {now}", 1) + `
+ORDER BY seq LIMIT ?`)
 	// In ordered mode the marks are fenced. First fenceHeld share-locks the
 	// batch's leases that are still this instance's ($owner) under the
 	// generation the batch holds (the fence, [partition, generation] pairs):

@@ -389,7 +389,8 @@ func (st orderedClaim) waitingAt(seq int64, due, dbNow time.Time) waiting {
 type orderedResult struct {
 	rows     []store.Row
 	seqs     []seqPart
-	full     bool
+	full     bool      // the claim read as many candidates as it could take
+	lastCand int64     // the seq of its last candidate (claimed or held back behind a retry)
 	dbNow    time.Time // the claim's now()
 	clock    time.Time // after the claim's snapshot
 	frontier sql.NullTime
@@ -475,9 +476,9 @@ func (p *position) orderedDone(st orderedClaim, owned []int32, res orderedResult
 	next := st.settled + 1
 	if n := len(res.seqs); n > 0 {
 		p.observe(observation{res.clock, res.seqs[n-1].seq})
-		if res.full {
-			next = min(next, res.seqs[n-1].seq+1)
-		}
+	}
+	if res.full {
+		next = min(next, max(res.lastCand, lastSeqOf(res.seqs))+1)
 	}
 	p.advance(res.frontier)
 	lo := st.startAt(res.dbNow)
@@ -533,4 +534,12 @@ func (p *position) lowerOrdered(found []seqPart) {
 		}
 	}
 	p.gen++
+}
+
+// lastSeqOf is the seq of the last of seqs, 0 when none.
+func lastSeqOf(seqs []seqPart) int64 {
+	if len(seqs) == 0 {
+		return 0
+	}
+	return seqs[len(seqs)-1].seq
 }

@@ -102,8 +102,9 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	if len(owned) == 0 {
 		return nil, nil
 	}
-	q := strings.Replace(r.q.claimOrdered, "{owned}", placeholders(len(owned)), 1)
-	args := append(append([]any{partitions}, anys(owned)...), limit)
+	q := strings.ReplaceAll(r.q.claimOrdered, "{owned}", placeholders(len(owned)))
+	branch := append(append([]any{partitions}, anys(owned)...), limit)
+	args := append(append(append([]any{}, branch...), branch...), limit)
 	rows, err := r.claim(ctx, x, nil, false, true, q, args...)
 	if err != nil {
 		return nil, err

@@ -57,15 +57,24 @@ RETURNING seq, {cols}, available_at`)
 	// the candidate's aggregate before it; a set of the blocked aggregates
 	// built first (a CTE) read every pending event at each claim, and made a
 	// burn-down's claims quadratic in the backlog.
-	q.claimOrdered = rep.Replace(`SELECT o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts, o.strikes,
-  o.due_at IS NOT NULL
-FROM {t} o
-WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now}
-  AND o.part_key % ? IN ({owned})
-  AND NOT EXISTS (SELECT 1 FROM {t} b
-    WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq
-      AND b.processed_at IS NULL AND b.dead_at IS NULL AND b.available_at > {now} AND b.aggregate_id <> '')
-ORDER BY o.seq LIMIT ?`)
+	// The events due at once (due_at NULL) are read in seq order through
+	// the ordered index, which holds no scheduled event; the scheduled ones
+	// due through the scheduled index (few: they are published as they come
+	// due); the lowest of both in seq order are claimed. Through one index,
+	// every claim stepped over every event scheduled for later.
+	ordered := `SELECT * FROM (SELECT o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata,
+    o.occurred_at, o.attempts, o.strikes, o.due_at IS NOT NULL AS scheduled
+  FROM {t} o
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND {due} AND o.available_at <= {now}
+    AND o.part_key % ? IN ({owned})
+    AND NOT EXISTS (SELECT 1 FROM {t} b
+      WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq
+        AND b.processed_at IS NULL AND b.dead_at IS NULL AND b.available_at > {now} AND b.aggregate_id <> '')
+  ORDER BY o.seq LIMIT ?)`
+	q.claimOrdered = rep.Replace(strings.Replace(ordered, "{due}", "o.due_at IS NULL", 1) + `
+UNION ALL
+` + strings.Replace(ordered, "{due}", "o.due_at IS NOT NULL AND o.due_at <= {now}", 1) + `
+ORDER BY seq LIMIT ?`)
 	// The ordered claim reads without a lock, in a snapshot: a Reschedule
 	// whose transaction deleted or moved a scheduled row it read, and has not
 	// committed, is not seen. This no-op write of the batch's scheduled rows

@@ -1,4 +1,5 @@
 -- +goose Down
+DROP INDEX IF EXISTS "outbox_messages_retry_ordered_idx";
 DROP INDEX IF EXISTS "outbox_messages_scheduled_idx";
 DROP INDEX IF EXISTS "outbox_messages_schedule_key_idx";
 ALTER TABLE "outbox_messages" DROP COLUMN IF EXISTS schedule_key;

@@ -13,3 +13,8 @@ CREATE INDEX IF NOT EXISTS "outbox_messages_schedule_key_idx" ON "outbox_message
     WHERE schedule_key <> '';
 CREATE INDEX IF NOT EXISTS "outbox_messages_scheduled_idx" ON "outbox_messages" (due_at)
     WHERE due_at IS NOT NULL AND processed_at IS NULL AND dead_at IS NULL;
+-- The retries of ordered mode: where an ordered relay's claims must come back
+-- to when a failed event is due again. Small (failing events only); an insert
+-- adds no entry to it.
+CREATE INDEX IF NOT EXISTS "outbox_messages_retry_ordered_idx" ON "outbox_messages" (available_at)
+    WHERE attempts > 0 AND processed_at IS NULL AND dead_at IS NULL;
