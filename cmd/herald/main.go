@@ -1,7 +1,8 @@
 // Command herald is for the people on call of a service that uses Herald: it
 // shows what the outbox holds and what is stuck, requeues and purges dead
-// events, and applies or prints the schema migrations, on PostgreSQL, SQLite
-// and MySQL/MariaDB.
+// events, lists scheduled events and cancels them or publishes them now, and
+// applies or prints the schema migrations, on PostgreSQL, SQLite and
+// MySQL/MariaDB.
 //
 //	go install github.com/heraldgo/herald/cmd/herald@latest
 //	DATABASE_URL=postgres://... herald status
@@ -32,7 +33,7 @@ import (
 // Exit codes.
 const (
 	exitOK        = 0 // done; status: healthy
-	exitFailed    = 1 // failed: database unreachable, table missing, no dead event with that id, ...
+	exitFailed    = 1 // failed: database unreachable, table missing, no dead event with that id, a scheduled event too late to change, ...
 	exitUsage     = 2 // bad command line: unknown command or flag, malformed argument
 	exitUnhealthy = 3 // status: dead events, the oldest pending event older than --max-age, a WAL slot missing, invalidated or past --max-wal-lag
 )
@@ -46,7 +47,7 @@ Usage:
   herald [--table T] <command> [flags] [arguments]
 
 Commands:
-  status                       pending, failing, dead, oldest pending age, per topic; the WAL slot
+  status                       pending, failing, dead, oldest pending age, per topic; scheduled events; the WAL slot
   failing                      why pending events fail: grouped by type and last error
   failing --events             the failing events, soonest next attempt first
   dead list                    the dead events, oldest death first
@@ -55,6 +56,9 @@ Commands:
   requeue --type T             make every dead event of type T pending again (exit 1: none)
   requeue --all                make every dead event pending again
   purge-dead --older-than D    delete the dead events that died more than D ago
+  scheduled list               the scheduled events not published yet, soonest due first; --overdue
+  scheduled cancel ID          cancel a scheduled event not due yet (exit 1: due, published, dead or unknown)
+  scheduled publish-now ID     make a scheduled event not due yet due now
   migrate up|status|print      apply, list or print the schema migrations
   wal setup|drop|recreate      create or drop the WAL relay's slot and publication, or make a lost slot again (PostgreSQL)
 
@@ -68,7 +72,8 @@ Durations (--max-age, --older-than) are Go's (90m, 1.5h, 300ms) or days (7d,
 
 Exit codes:
   0  done; status: healthy
-  1  failed: database unreachable, table missing, no dead event with that id, ...
+  1  failed: database unreachable, table missing, no dead event with that id,
+     a scheduled event due, published or dead already, ...
   2  bad command line: unknown command or flag, malformed argument
   3  status: unhealthy (dead events, the oldest pending event older than --max-age,
      or a WAL slot missing, invalidated or lagging past --max-wal-lag)
@@ -135,6 +140,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		return c.usageError(fmt.Errorf("unknown command %q (list or show)", args[0]))
 	case "failing":
 		return c.failing(args)
+	case "scheduled":
+		return c.scheduled(args)
 	case "requeue":
 		return c.requeue(args)
 	case "purge-dead":
@@ -226,7 +233,7 @@ func (c *cli) parseNone(fs *flag.FlagSet, args []string) (code int, ok bool) {
 // usageError reports a bad command line and returns exitUsage.
 func (c *cli) usageError(err error) int {
 	help := "herald help"
-	if c.cmd != "" && c.cmd != "dead" {
+	if c.cmd != "" && c.cmd != "dead" && c.cmd != "scheduled" {
 		help = "herald " + c.cmd + " --help"
 	}
 	_, _ = fmt.Fprintf(c.stderr, "%s: %s (see %s)\n", c.name(), printable(oneLine(err.Error())), help)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/walrelay"
@@ -15,7 +16,10 @@ func (c *cli) status(args []string) int {
 Shows, per topic and in total, the pending events, those of them that failed
 at least once (failing), the dead events, the age of the oldest pending event
 and, when a relay Retention keeps published events, how many were published in
-the last minute. Exits with 3 when the outbox is unhealthy: dead events, or a
+the last minute; then the scheduled events (saved to be published later): how
+many are not published yet, when the next is due, and how long ago the
+earliest due one came due while still unpublished (overdue). A scheduled
+event's age counts from its due time, once due. Exits with 3 when the outbox is unhealthy: dead events, or a
 pending event older than --max-age (5m by default; 90m, 36h, 7d, 1d12h), for
 cron and health checks. A requeued event's age counts from its requeue.
 "herald failing" shows why the failing events fail.
@@ -112,6 +116,16 @@ func (c *cli) printStatus(s admin.Status) {
 	c.printf("\n")
 	if s.Total.Failing > 0 {
 		c.printf("%s: herald failing shows why\n", plural(s.Total.Failing, "failing event"))
+	}
+	if sf := s.Scheduled; sf != nil && sf.Count > 0 {
+		line := plural(sf.Count, "scheduled event")
+		if d := sf.NextDue().Truncate(time.Second); d > 0 {
+			line += ", the next due in " + admin.Age(d)
+		}
+		if d := sf.Overdue(); d > 0 {
+			line += "; overdue: the earliest due one came due " + admin.Age(d) + " ago, unpublished"
+		}
+		c.printf("%s: herald scheduled list shows them\n", line)
 	}
 	c.printHealth(s)
 }
