@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"gorm.io/gorm"
@@ -269,4 +270,30 @@ func TestWALUnreadRollbackKeepsEvents(t *testing.T) {
 	if got[0].AggregateID != a.ID.String() || got[1].AggregateID != b.ID.String() {
 		t.Fatalf("emitted %s, %s; want a's, then b's", got[0].AggregateID, got[1].AggregateID)
 	}
+}
+
+// The WAL keeps no event for later: a scheduled event (a time or a key)
+// fails its save with ErrScheduledWAL and nothing is written; Cancel and
+// Move say so too.
+func TestWALRefusesScheduledEvents(t *testing.T) {
+	db, slot := setupWAL(t)
+	o := NewOrder()
+	o.Schedule(OrderPaid{OrderID: o.ID, Amount: 1}, events.After(time.Hour))
+	if err := db.Create(o).Error; !errors.Is(err, outboxhook.ErrScheduledWAL) {
+		t.Fatalf("save of a scheduled event in WAL mode = %v, want ErrScheduledWAL", err)
+	}
+	err := db.Transaction(func(tx *gorm.DB) error {
+		return outboxhook.Schedule(tx, events.After(time.Minute).Keyed("k"), OrderPaid{Amount: 2})
+	})
+	if !errors.Is(err, outboxhook.ErrScheduledWAL) {
+		t.Fatalf("Schedule in WAL mode = %v, want ErrScheduledWAL", err)
+	}
+	if _, err := outboxhook.CancelKey(db, "k"); !errors.Is(err, outboxhook.ErrScheduledWAL) {
+		t.Fatalf("CancelKey in WAL mode = %v, want ErrScheduledWAL", err)
+	}
+	// The zero Schedule is no schedule: published at the commit.
+	must(t, db.Transaction(func(tx *gorm.DB) error {
+		return outboxhook.Schedule(tx, events.Schedule{}, OrderPaid{Amount: 3})
+	}))
+	wantWAL(t, db, slot, "order.paid")
 }

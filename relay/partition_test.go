@@ -57,6 +57,12 @@ func TestDropPartitions(t *testing.T) {
 				poisonID = ids[0]
 			}
 			testkit.Must(t, testkit.SetOutboxColumn(db, poisonID, "metadata", `[]`))
+			// A scheduled event, due long after the retention: its partition
+			// stays too.
+			later := &Account{ID: uuid.New()}
+			later.Schedule(Deposited{AccountID: later.ID}, events.After(time.Hour))
+			scheduledID := later.Records()[0].ID
+			testkit.Must(t, db.Create(later).Error)
 			time.Sleep(1100 * time.Millisecond) // the others in later ranges
 			// An event written again (same id, same occurred_at) is refused as
 			// a duplicate, as on a plain outbox.
@@ -82,10 +88,12 @@ func TestDropPartitions(t *testing.T) {
 				t.Fatalf("the event written twice was published %d times", n)
 			}
 			// Everything published, kept for the retention, then dropped with
-			// its partition: only the dead event's row stays.
+			// its partition: only the dead event's row and the scheduled
+			// event's stay.
 			eventually(t, 15*time.Second, "the published events' partitions dropped", func() bool {
 				rows := testkit.Outbox(t, db)
-				return len(rows) == 1 && rows[0].Dead
+				return len(rows) == 2 && (rows[0].Dead || rows[1].Dead) &&
+					(rows[0].ID == scheduledID || rows[1].ID == scheduledID)
 			})
 			var left int64
 			testkit.Must(t, db.Raw(`SELECT count(*) FROM outbox_messages_default`).Scan(&left).Error)
@@ -94,7 +102,7 @@ func TestDropPartitions(t *testing.T) {
 			}
 			s, err := r.Stats(context.Background())
 			testkit.Must(t, err)
-			if s.Dead != 1 || s.Pending != 0 {
+			if s.Dead != 1 || s.Pending != 1 || got.Count(scheduledID.String()) != 0 {
 				t.Fatalf("stats %+v", s)
 			}
 		})

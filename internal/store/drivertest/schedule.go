@@ -191,8 +191,9 @@ func testScheduleNextDueStats(t tb.TB, e *env) {
 		t.Fatalf("NextDue of an empty outbox = %v, %v", ok, err)
 	}
 	e.insert("t", "x", 1)
-	e.scheduled("a", store.Schedule{After: 2 * time.Hour})
+	a := e.scheduled("a", store.Schedule{After: 2 * time.Hour})
 	e.scheduled("b", store.Schedule{After: time.Hour})
+	e.stamp(a.ID, "created_at", 3*time.Hour) // saved long ago, still not due
 	d, ok, err := e.rel.NextDue(e.ctx, e.db)
 	must(t, err)
 	if !ok {
@@ -201,11 +202,12 @@ func testScheduleNextDueStats(t tb.TB, e *env) {
 	within(t, "NextDue", d, time.Hour)
 	s, err := e.rel.Stats(e.ctx, e.db)
 	must(t, err)
-	if s.Scheduled != 2 || s.Overdue != 0 {
-		t.Fatalf("Stats = %+v, want 2 scheduled, none overdue", s)
+	if s.Scheduled != 2 || s.Overdue != 0 || s.OldestPending > time.Minute {
+		t.Fatalf("Stats = %+v, want 2 scheduled, none overdue, no event waiting long (one not due is not late)", s)
 	}
 	within(t, "NextScheduled", s.NextScheduled, time.Hour)
 	late := e.scheduled("c", store.Schedule{After: time.Hour})
+	e.stamp(late.ID, "created_at", 20*time.Minute)
 	e.stamp(late.ID, "due_at", 10*time.Minute)
 	e.stamp(late.ID, "available_at", 10*time.Minute)
 	s, err = e.rel.Stats(e.ctx, e.db)
@@ -214,6 +216,7 @@ func testScheduleNextDueStats(t tb.TB, e *env) {
 		t.Fatalf("Stats.Scheduled = %d, want 3", s.Scheduled)
 	}
 	within(t, "Overdue", s.Overdue, 10*time.Minute)
+	within(t, "OldestPending, from the due time", s.OldestPending, 10*time.Minute)
 }
 
 // An ordered claim reads without locks: a scheduled event that a writer

@@ -15,6 +15,11 @@ func (Driver) Relay(t ident.Table) store.Relay { return newRelay(t) }
 
 const pending = `processed_at IS NULL AND dead_at IS NULL`
 
+// pendingSince is when a pending event began to wait, for the oldest pending
+// age: its write, or for a scheduled event its due time (NULL while it is not
+// due: an event scheduled for tomorrow is not late today).
+const pendingSince = `CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= ` + Now + ` THEN GREATEST(created_at, due_at) END`
+
 const claimCols = `o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata, o.occurred_at, o.attempts, o.strikes`
 
 // partitionExpr is the ordering partition of a row: a CRC-32 of its
@@ -62,7 +67,7 @@ type relay struct {
 
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t}
-	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{part}", partitionExpr,
+	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{since}", pendingSince, "{part}", partitionExpr,
 		"{leases}", Quote(t.Derived("_leases")))
 	q := &r.q
 	// The queue index (dead_at DESC, processed_at DESC, available_at, seq;
@@ -128,7 +133,7 @@ WHERE o.id = ? AND o.processed_at IS NULL AND o.dead_at IS NULL`)
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 AND o.available_at > {now}
   AND o.last_failed_at >= ? AND o.topic = ? AND o.type = ?`)
 	}
-	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), {now}),
+	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN({since}), {now}),
   (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
 	q.scheduled, q.nextDue = rep.Replace(scheduledStatsSQL), rep.Replace(nextDueSQL)

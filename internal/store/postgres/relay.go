@@ -18,6 +18,11 @@ const partitionExpr = `mod(abs(hashtext(CASE WHEN o.aggregate_id = '' THEN o.id:
 
 const pending = `processed_at IS NULL AND dead_at IS NULL`
 
+// pendingSince is when a pending event began to wait, for the oldest pending
+// age: its write, or for a scheduled event its due time (NULL while it is not
+// due: an event scheduled for tomorrow is not late today).
+const pendingSince = `CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= now() THEN greatest(created_at, due_at) END`
+
 // asyncCommit, joined into the claim, turns synchronous_commit off for the
 // relay's transaction: its COMMIT does not wait for the WAL flush. Only marks
 // are committed so; if PostgreSQL crashes before the flush, the marks are lost
@@ -57,7 +62,7 @@ type relay struct {
 // newRelay returns the relay of the outbox t, its statements built once.
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t, pos: newPosition(time.Now)}
-	rep := strings.NewReplacer("{set}", requeueSet, "{async}", asyncCommit, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{part}", partitionExpr)
+	rep := strings.NewReplacer("{set}", requeueSet, "{async}", asyncCommit, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{part}", partitionExpr, "{since}", pendingSince)
 	r.claims = newClaimQueries(t, rep)
 	r.marks = newMarkQueries(t, rep)
 	q := &r.q
@@ -78,7 +83,7 @@ SELECT count(*) FROM u`
     WHERE l.owner = $5 AND l.expires_at > statement_timestamp() FOR SHARE OF l)`, 1))
 	q.stats = rep.Replace(`SELECT p.n, p.failing, (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL), p.age
 FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
-        extract(epoch FROM now() - min(created_at)) AS age
+        extract(epoch FROM now() - min({since})) AS age
       FROM {t} WHERE {pending}) AS p`)
 	q.scheduled, q.nextDue = rep.Replace(scheduledStatsSQL), rep.Replace(nextDueSQL)
 	q.storage = storageSQL

@@ -14,6 +14,11 @@ func (Driver) Relay(t ident.Table) store.Relay { return newRelay(t) }
 
 const pending = `processed_at IS NULL AND dead_at IS NULL`
 
+// pendingSince is when a pending event began to wait, for the oldest pending
+// age: its write, or for a scheduled event its due time (NULL while it is not
+// due: an event scheduled for tomorrow is not late today).
+const pendingSince = `CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= ` + Now + ` THEN max(created_at, due_at) END`
+
 const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`
 
 // requeueSet makes a dead event pending again (the admin's requeues).
@@ -39,7 +44,7 @@ type relay struct {
 func newRelay(t ident.Table) *relay {
 	r := &relay{t: t}
 	lt := t.Derived("_leases").Quoted()
-	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{leases}", lt)
+	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{since}", pendingSince, "{leases}", lt)
 	q := &r.q
 	// The due rows in due order, then one statement, under SQLite's single
 	// writer, that leases those still due: the rows it moves past the lease
@@ -120,7 +125,7 @@ WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= 
 	// The scheduled events' figures go through the scheduled index (due_at,
 	// of the pending scheduled rows): their count, the earliest not due yet,
 	// the earliest due.
-	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min(created_at),
+	q.stats = rep.Replace(`SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min({since}),
   (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
   (SELECT count(*) FROM {t} WHERE due_at IS NOT NULL AND {pending}),
   (SELECT min(due_at) - {now} FROM {t} WHERE due_at > {now} AND {pending}),
