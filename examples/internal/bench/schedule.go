@@ -47,7 +47,7 @@ func usePlugin(db *gorm.DB, cfg outboxhook.Config) error {
 
 // loadScheduled writes n events due after (an hour, say) through the write
 // path (outboxhook.Schedule: the scheduled insert, due_at and available_at
-// by the database's clock, schedule_key ''), 1,000 per transaction.
+// by the database's clock, schedule_key ”), 1,000 per transaction.
 func loadScheduled(db *gorm.DB, n int, after time.Duration) error {
 	if err := usePlugin(db, outboxhook.Config{}); err != nil {
 		return err
@@ -368,7 +368,7 @@ func explainClaims(bdb benchDB, n, sched int, ahead time.Duration) error {
 		if err != nil {
 			return err
 		}
-		cp := &countingPublisher{Publisher: discardPublisher{}, want: 3000, done: make(chan struct{})}
+		cp := &countingPublisher{Publisher: discardPublisher{}, want: int64(min(3000, n/2)), done: make(chan struct{})}
 		r, err := relay.New(cdb, cp, relay.Config{Ordered: ordered, Logger: discardLogger()})
 		if err != nil {
 			closeGorm(cdb)
@@ -384,6 +384,9 @@ func explainClaims(bdb benchDB, n, sched int, ahead time.Duration) error {
 		mode := "unordered"
 		if ordered {
 			mode = "ordered"
+		}
+		if bdb.name == "postgres" {
+			seqScans(sqlDB, mode, log)
 		}
 		for _, s := range claimStatements(log) {
 			fmt.Printf("#### %s relay: claim statement run %d times\n\n```sql\n%s\n```\n\n", mode, s.runs, s.query)
@@ -489,7 +492,6 @@ FROM pg_stat_user_tables s JOIN pg_statio_user_tables io USING (relid)
 WHERE s.schemaname = current_schema() AND s.relname = 'outbox_messages'`).Row().Scan(&t.idxFetch, &t.seqRead, &t.heapBlks, &t.idxBlks)
 	return t, err == nil
 }
-
 
 // scheduledBurn is one scenario of the scheduled burn-down: Herald's relay
 // in a mode, with sched events scheduled ahead below the due ones.
@@ -609,6 +611,15 @@ func scheduledBurnRun(bdb benchDB, n int, s scheduledBurn, ahead time.Duration, 
 		closeGorm(db)
 		return res, err
 	}
+	if vacuumFirst && db.Dialector.Name() == "postgres" {
+		// As a table that grew over time would be: vacuumed (the visibility
+		// map set, the insert-driven autovacuum done), not by an autovacuum
+		// of the fresh million rows during the burn-down.
+		if err := db.Exec(`VACUUM (ANALYZE) outbox_messages`).Error; err != nil {
+			closeGorm(db)
+			return res, err
+		}
+	}
 	closeGorm(db) // its sessions end: their statistics are flushed
 	reads0, hasReads := statsReads(bdb, dsn)
 	pub, closePub, err := target(pubKind, topic)
@@ -651,6 +662,9 @@ func scheduledBurnRun(bdb benchDB, n int, s scheduledBurn, ahead time.Duration, 
 	return res, nil
 }
 
+// vacuumFirst: relay -vacuum.
+var vacuumFirst = true
+
 // statsReads reads the outbox's statistics (PostgreSQL) in a session of its
 // own, once the sessions that ended have flushed theirs.
 func statsReads(bdb benchDB, dsn string) (tableReads, bool) {
@@ -664,4 +678,63 @@ func statsReads(bdb benchDB, dsn string) (tableReads, bool) {
 	}
 	defer closeGorm(db)
 	return outboxReads(db)
+}
+
+// seqScans prints, of the distinct statements on the outbox the relay ran
+// (log), those PostgreSQL plans (EXPLAIN, not run) with a sequential scan of
+// the outbox, with their arguments of their last run.
+func seqScans(db *sql.DB, mode string, log []captured) {
+	last := map[string][]any{}
+	var order []string
+	for _, c := range log {
+		if !strings.Contains(c.query, "outbox_messages") {
+			continue
+		}
+		if _, ok := last[c.query]; !ok {
+			order = append(order, c.query)
+		}
+		args := make([]any, len(c.args))
+		for i, a := range c.args {
+			args[i] = a.Value
+		}
+		last[c.query] = args
+	}
+	found := 0
+	for _, q := range order {
+		head := strings.ToUpper(strings.TrimSpace(q))
+		if !strings.HasPrefix(head, "SELECT") && !strings.HasPrefix(head, "WITH") && !strings.HasPrefix(head, "UPDATE") && !strings.HasPrefix(head, "DELETE") {
+			continue
+		}
+		plan, err := explainPlain(db, q, last[q])
+		if err != nil || !strings.Contains(plan, "Seq Scan on outbox_messages") {
+			continue
+		}
+		found++
+		fmt.Printf("#### %s relay: a statement planned with a sequential scan of the outbox\n\n```sql\n%s\n```\n\n```\n%s\n```\n\n", mode, q, plan)
+	}
+	fmt.Printf("(%s relay: %d distinct statements on the outbox, %d planned with a sequential scan of it)\n\n", mode, len(order), found)
+}
+
+// explainPlain is PostgreSQL's EXPLAIN of query with args (not run).
+func explainPlain(db *sql.DB, query string, args []any) (string, error) {
+	ctx := context.Background()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, "EXPLAIN "+query, args...)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = rows.Close() }()
+	var b strings.Builder
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			return "", err
+		}
+		b.WriteString(line + "\n")
+	}
+	return strings.TrimSpace(b.String()), rows.Err()
 }
