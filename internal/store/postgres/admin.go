@@ -26,16 +26,16 @@ type admin struct {
 
 func newAdmin(t ident.Table) *admin {
 	a := &admin{t: t, rel: newRelay(t)}
-	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet)
+	rep := strings.NewReplacer("{since}", pendingSince, "{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet)
 	// Unpublished rows only (pending and dead), by topic; the published rows a
 	// retention keeps are counted apart, through the processed index. A
-	// scheduled event's age counts from its due time, once due.
+	// scheduled event's age counts from its due time, once due, as in Stats
+	// (pendingSince).
 	a.q.topics = rep.Replace(`SELECT topic,
   count(*) FILTER (WHERE dead_at IS NULL),
   count(*) FILTER (WHERE dead_at IS NULL AND attempts > 0),
   count(*) FILTER (WHERE dead_at IS NOT NULL),
-  (extract(epoch FROM now() - min(CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= now() THEN greatest(created_at, due_at) END)
-    FILTER (WHERE dead_at IS NULL)) * 1e6)::bigint
+  (extract(epoch FROM now() - min({since}) FILTER (WHERE dead_at IS NULL)) * 1e6)::bigint
 FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= now() - interval '1 minute' GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)

@@ -25,16 +25,16 @@ type admin struct {
 
 func newAdmin(t ident.Table) *admin {
 	a := &admin{t: t, rel: newRelay(t)}
-	rep := strings.NewReplacer("{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet, "{now}", Now)
+	rep := strings.NewReplacer("{since}", pendingSince, "{t}", t.Quoted(), "{cols}", claimCols, "{set}", requeueSet, "{now}", Now)
 	// Unpublished rows only (pending and dead), by topic; the published rows a
 	// retention keeps are counted apart, through the processed index. A
-	// scheduled event's age counts from its due time, once due.
+	// scheduled event's age counts from its due time, once due, as in Stats
+	// (pendingSince).
 	a.q.topics = rep.Replace(`SELECT topic,
   coalesce(sum(dead_at IS NULL), 0),
   coalesce(sum(dead_at IS NULL AND attempts > 0), 0),
   coalesce(sum(dead_at IS NOT NULL), 0),
-  {now} - min(CASE WHEN dead_at IS NOT NULL THEN NULL WHEN due_at IS NULL THEN created_at
-    WHEN due_at <= {now} THEN max(created_at, due_at) END)
+  {now} - min(CASE WHEN dead_at IS NULL THEN {since} END)
 FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= {now} - 60000000 GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
