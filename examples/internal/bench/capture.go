@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"database/sql/driver"
 	"sync"
+	"time"
 )
 
 // A capturing database/sql driver: the statements the relay runs, with their
@@ -20,8 +21,47 @@ type captured struct {
 
 var capture struct {
 	sync.Mutex
-	on  bool
-	log []captured
+	on    bool
+	log   []captured
+	times map[string]*stmtTime // when timing: per statement text
+}
+
+// stmtTime is how many times a statement ran and how long its calls took
+// (QueryContext: until the first rows were there; ExecContext: all).
+type stmtTime struct {
+	n          int
+	total, max time.Duration
+}
+
+// timingStart starts timing the statements (without keeping them).
+func timingStart() {
+	capture.Lock()
+	capture.times = map[string]*stmtTime{}
+	capture.Unlock()
+}
+
+// timingStop stops timing and returns the times by statement.
+func timingStop() map[string]*stmtTime {
+	capture.Lock()
+	defer capture.Unlock()
+	t := capture.times
+	capture.times = nil
+	return t
+}
+
+func timed(q string, d time.Duration) {
+	capture.Lock()
+	if capture.times != nil {
+		st := capture.times[q]
+		if st == nil {
+			st = &stmtTime{}
+			capture.times[q] = st
+		}
+		st.n++
+		st.total += d
+		st.max = max(st.max, d)
+	}
+	capture.Unlock()
 }
 
 // captureStart clears the log and starts recording.
@@ -83,8 +123,10 @@ func (c capConn) QueryContext(ctx context.Context, q string, args []driver.Named
 	if !ok {
 		return nil, driver.ErrSkip
 	}
+	t0 := time.Now()
 	rows, err := qc.QueryContext(ctx, q, args)
 	if err != driver.ErrSkip {
+		timed(q, time.Since(t0))
 		record(q, args)
 	}
 	return rows, err
@@ -95,8 +137,10 @@ func (c capConn) ExecContext(ctx context.Context, q string, args []driver.NamedV
 	if !ok {
 		return nil, driver.ErrSkip
 	}
+	t0 := time.Now()
 	res, err := ec.ExecContext(ctx, q, args)
 	if err != driver.ErrSkip {
+		timed(q, time.Since(t0))
 		record(q, args)
 	}
 	return res, err
@@ -161,7 +205,10 @@ type capStmt struct {
 func (s capStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (driver.Rows, error) {
 	record(s.q, args)
 	if qc, ok := s.Stmt.(driver.StmtQueryContext); ok {
-		return qc.QueryContext(ctx, args)
+		t0 := time.Now()
+		rows, err := qc.QueryContext(ctx, args)
+		timed(s.q, time.Since(t0))
+		return rows, err
 	}
 	vals := make([]driver.Value, len(args))
 	for i, a := range args {
@@ -173,7 +220,10 @@ func (s capStmt) QueryContext(ctx context.Context, args []driver.NamedValue) (dr
 func (s capStmt) ExecContext(ctx context.Context, args []driver.NamedValue) (driver.Result, error) {
 	record(s.q, args)
 	if ec, ok := s.Stmt.(driver.StmtExecContext); ok {
-		return ec.ExecContext(ctx, args)
+		t0 := time.Now()
+		res, err := ec.ExecContext(ctx, args)
+		timed(s.q, time.Since(t0))
+		return res, err
 	}
 	vals := make([]driver.Value, len(args))
 	for i, a := range args {

@@ -514,6 +514,28 @@ type burnResult struct {
 	reads    tableReads // per 1000 events (PostgreSQL)
 	hasReads bool
 	load     time.Duration // writing the scheduled events
+	times    map[string]*stmtTime
+}
+
+// topStatements prints the relay's statements that took the most time.
+func topStatements(times map[string]*stmtTime, k int) {
+	type row struct {
+		q string
+		t *stmtTime
+	}
+	var rows []row
+	for q, t := range times {
+		rows = append(rows, row{q, t})
+	}
+	slices.SortFunc(rows, func(a, b row) int { return int(b.t.total - a.t.total) })
+	for _, r := range rows[:min(k, len(rows))] {
+		q := strings.Join(strings.Fields(r.q), " ")
+		if len(q) > 150 {
+			q = q[:150] + "…"
+		}
+		fmt.Printf("  - %d runs, %.0f ms in all, mean %.2f ms, max %.1f ms: `%s`\n", r.t.n, float64(r.t.total)/1e6,
+			float64(r.t.total)/1e6/float64(r.t.n), float64(r.t.max)/1e6, q)
+	}
 }
 
 // runScheduledBurn is relay -scheduled: the burn-down of n due events by
@@ -557,6 +579,11 @@ func runScheduledBurn(bdb benchDB, n, sched int, ahead time.Duration, pubKind st
 			fmt.Printf("| %s | %.0f | %.2f s | %.1f µs (%.1f + %.1f) | %s | %s | %s |\n", s.name(), r.rate, float64(n)/r.rate,
 				us(r.cpu.total()), us(r.cpu.self), us(r.cpu.db), reads, bufs, load)
 			fmt.Fprintf(os.Stderr, "round %d %s: %.0f events/s\n", round+1, s.name(), r.rate)
+		}
+		fmt.Println("\nThe relay's statements that took the most time (client side, until the first rows):")
+		for _, s := range order {
+			fmt.Printf("\n- %s:\n", s.name())
+			topStatements(res[s][len(res[s])-1].times, 4)
 		}
 		fmt.Println()
 	}
@@ -628,9 +655,16 @@ func scheduledBurnRun(bdb benchDB, n int, s scheduledBurn, ahead time.Duration, 
 	}
 	defer closePub()
 	cp := &countingPublisher{Publisher: pub, want: int64(n), done: make(chan struct{})}
-	rdb, err := bdb.open(dsn)
+	// The relay's statements go through the capturing driver (timing only,
+	// alike in every scenario): which of them take the time.
+	rdb, err := openCapture(bdb, dsn)
 	if err != nil {
 		return res, err
+	}
+	if bdb.name != "sqlite" {
+		if s, err := rdb.DB(); err == nil {
+			s.SetMaxIdleConns(64)
+		}
 	}
 	if err := usePlugin(rdb, outboxhook.Config{}); err != nil {
 		closeGorm(rdb)
@@ -644,8 +678,10 @@ func scheduledBurnRun(bdb benchDB, n int, s scheduledBurn, ahead time.Duration, 
 		return res, err
 	}
 	cpu0 := machineCPU()
+	timingStart()
 	err = runUntil(r.Run, cp.done)
 	res.cpu = machineCPU().sub(cpu0).per(n)
+	res.times = timingStop()
 	closeGorm(rdb)
 	if err != nil {
 		return res, err
