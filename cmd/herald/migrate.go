@@ -157,11 +157,19 @@ func lacks(ctx context.Context, db *gorm.DB, m migrations.Migration) (missing []
 	if err != nil {
 		return nil, false, err
 	}
-	objs, err := migrate.Objects(conn.Driver.Migrations(), m.Up, "", ident.Table{}, conn.Driver.Quote)
+	fsys := conn.Driver.Migrations()
+	objs, err := migrate.Objects(fsys, m.Up, "", ident.Table{}, conn.Driver.Quote)
 	if err != nil {
 		return nil, false, fmt.Errorf("migration %s: %w", m, err)
 	}
+	dropped, err := migrate.DroppedAfter(fsys, m.Up)
+	if err != nil {
+		return nil, false, err
+	}
 	for _, o := range objs {
+		if o.Kind == store.KindIndex && dropped[o.Name] {
+			continue // a later migration replaced it
+		}
 		if o.Kind == store.KindStep && o.Check == "" {
 			continue // runs in Migrate unconditionally; nothing to look up
 		}

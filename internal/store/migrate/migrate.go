@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -107,6 +108,12 @@ func MigrateFS(ctx context.Context, db store.DB, d store.Driver, fsys fs.FS) ([]
 						return fmt.Errorf("look up %s: %w", describe(o), err)
 					}
 					if ok {
+						// Made already (by Herald's own creation): what it
+						// replaces may still be there, from an earlier
+						// migration of this run.
+						if err := dropReplaced(ctx, tx, d, o); err != nil {
+							return err
+						}
 						continue
 					}
 				}
@@ -127,6 +134,31 @@ func MigrateFS(ctx context.Context, db store.DB, d store.Driver, fsys fs.FS) ([]
 		done = append(done, m.Version)
 	}
 	return done, nil
+}
+
+// dropReplaced runs the drops of the replacing index o (made already) whose
+// index exists.
+func dropReplaced(ctx context.Context, tx store.Execer, d store.Driver, o store.Object) error {
+	if !o.Replaces {
+		return nil
+	}
+	for _, q := range o.After {
+		m := dropIndexRE.FindStringSubmatch(q)
+		if m == nil {
+			continue
+		}
+		old := store.Object{Kind: store.KindIndex, Name: ident.Table{Name: ident.Name(strings.Trim(m[1], "\"`"))}, On: o.On}
+		there, err := d.ObjectExists(ctx, tx, old)
+		if err != nil {
+			return fmt.Errorf("look up %s: %w", describe(old), err)
+		}
+		if there {
+			if _, err := tx.ExecContext(ctx, q); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // AppliedVersions lists the versions recorded in store.MigrationsTable.

@@ -176,6 +176,33 @@ func SchemaObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table
 	return out, nil
 }
 
+// DroppedAfter returns the indexes that the migrations in fsys after the up
+// file up replace (drop), as their files name them.
+func DroppedAfter(fsys fs.FS, up string) (map[ident.Table]bool, error) {
+	migs, err := Migrations(fsys)
+	if err != nil {
+		return nil, err
+	}
+	out := map[ident.Table]bool{}
+	after := false
+	for _, m := range migs {
+		if !after {
+			after = m.Up == up
+			continue
+		}
+		objs, err := Objects(fsys, m.Up, "", ident.Table{}, nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			for _, d := range o.Drops {
+				out[d] = true
+			}
+		}
+	}
+	return out, nil
+}
+
 // derivesTable reports whether n (rendered) is t or a table derived from it.
 func derivesTable(n, t ident.Table) bool {
 	return n.Schema == t.Schema && derives(string(n.Name), string(t.Name))

@@ -22,7 +22,8 @@ type Catalog func(ctx context.Context, x store.Execer, o store.Object) (bool, er
 // missing, and the columns and replacing indexes (store.Object.Replaces) of the
 // tables it made in this call that are missing (a table made by an earlier
 // migration and altered by a later one). It never alters a table that was
-// there before but to add an index, and runs no step: an outdated table is
+// there before but to add an index (one that replaces another only when
+// that other is not there), and runs no step: an outdated table is
 // for Migrate, and CheckSchema names the migration. It adds no index to a
 // table that was there and lacks a column of objs either (the index may be on
 // that column, which a later migration adds with it). An index whose creation
@@ -61,7 +62,16 @@ func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exi
 			}
 		case store.KindIndex:
 			if o.Replaces && !made[o.On.String()] {
-				continue
+				// On a table that was there, dropping what it replaces is a
+				// change for Migrate; with none of that there, it is a
+				// missing index like any other.
+				replaced, err := anyIndex(ctx, x, o.On, o.Drops, exists)
+				if err != nil {
+					return err
+				}
+				if replaced {
+					continue
+				}
 			}
 			if !made[o.On.String()] {
 				old, err := isOutdated(o.On)
@@ -104,6 +114,21 @@ func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exi
 		}
 	}
 	return nil
+}
+
+// anyIndex reports whether one of the indexes names (on table on) exists.
+func anyIndex(ctx context.Context, x store.Execer, on ident.Table, names []ident.Table, exists Catalog) (bool, error) {
+	for _, n := range names {
+		o := store.Object{Kind: store.KindIndex, Name: n, On: on}
+		ok, err := exists(ctx, x, o)
+		if err != nil {
+			return false, fmt.Errorf("look up %s: %w", describe(o), err)
+		}
+		if ok {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // CheckSchema returns store.ErrSchemaOutdated, naming the migration to run,
@@ -256,7 +281,14 @@ func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, 
 	if err != nil {
 		return err
 	}
-	return s.create(ctx, x, objs, p.Skip)
+	// The outbox's columns too, which CreateMissing only looks up: an index
+	// of the relay's is not added to an outbox that lacks one.
+	out, err := OutboxObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	cols := slices.DeleteFunc(out, func(o store.Object) bool { return o.Kind != store.KindColumn })
+	return s.create(ctx, x, append(cols, objs...), p.Skip)
 }
 
 // CheckRelay checks what the relay uses: the outbox t itself (not the
