@@ -63,6 +63,9 @@ func spellings(kind string) savepointSpellings {
 		s.rollback = append(s.rollback, "ROLLBACK TRANSACTION TO SAVEPOINT sp", `ROLLBACK TO "sp"`)
 	case mysqlDB:
 		s.rollback = append(s.rollback, "ROLLBACK WORK TO SAVEPOINT sp", "ROLLBACK TO `sp`")
+		// RELEASE SAVEPOINT, the keyword required: "RELEASE sp" is a syntax
+		// error, which failed the transaction before the hook saw anything.
+		s.release = []string{"RELEASE SAVEPOINT sp", "release savepoint sp", "  /* chaos */ RELEASE SAVEPOINT `sp`"}
 	}
 	return s
 }
