@@ -316,15 +316,16 @@ func closeDB(db *gorm.DB) {
 	}
 }
 
-// migrateModels creates the chaos run's own tables.
+// migrateModels creates the chaos run's own tables: the accounts, the
+// consumers' effects, the scheduled events' reminders.
 func migrateModels(ctx context.Context, db *gorm.DB, d dialect) error {
 	if d.accountsDDL != "" {
 		if err := db.WithContext(ctx).Exec(d.accountsDDL).Error; err != nil {
 			return err
 		}
-		return db.WithContext(ctx).AutoMigrate(&Effect{})
+		return db.WithContext(ctx).AutoMigrate(&Effect{}, &Reminder{})
 	}
-	return db.WithContext(ctx).AutoMigrate(&Account{}, &Effect{})
+	return db.WithContext(ctx).AutoMigrate(&Account{}, &Effect{}, &Reminder{})
 }
 
 // describeKind names the database and how relays learn of events.

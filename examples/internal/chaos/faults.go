@@ -109,6 +109,9 @@ type faults struct {
 	outageAt       time.Time // when the first outage's burst began
 	fillStat       string    // -fill-stream: what the full streams held back
 	filled         bool      // -fill-stream: a stream was full (the fault was felt)
+	// sched hands the writers their scheduled events, and cancels and
+	// moves them (nil: the writers schedule none).
+	sched *scheduler
 }
 
 // spans are time intervals, safe for concurrent use.

@@ -65,6 +65,23 @@
 // -small-batch-limit (-broker kafka) sets the topics' max.message.bytes below
 // a batch of events. Nothing may die of a full broker or a batch too large.
 //
+// Scheduled events (issue 33; not with -storage wal, which has none): the
+// writers schedule -scheduled events a second (default 20) due 0.2-3s after
+// their save (events.After or events.At; half under a key; in ordered mode 2
+// in 5 apart from their account's order, the others in line), each with a
+// reminder row in the same transaction, until 6s before the writes end; other
+// goroutines cancel or move most of them (by id, or by key), half at their
+// due time, racing the relays, in transactions that read and write the
+// reminder, 1 in 5 rolled back after Cancel or Move returned. The relays write
+// down each attempt to publish a scheduled event. The ledger checks that every
+// scheduled event whose cancel did not commit (by the reminders, which also
+// settle commits that failed) was applied, none was attempted or read before
+// its due time (5ms allowed for the clock reads), none whose cancel committed
+// was ever attempted, stored, read or applied, each carried the due time of
+// its save or last committed move, and the reminders agree with what Cancel
+// and Move returned; the events scheduled apart are left out of the order
+// checks.
+//
 // At the end it checks every committed event's effect happened exactly once
 // (the poisoned excepted), no event of a rolled-back transaction was ever
 // seen, per-aggregate order in the streams was never violated, the dead events

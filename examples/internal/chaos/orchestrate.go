@@ -47,11 +47,13 @@ type ledger struct {
 	// a lost slot's last confirmed position and the new slot's start
 	// (-drop-slot): lost events are allowed among them only.
 	atRisk map[string]struct{}
+	// sched are the committed events that were scheduled (schedule.go).
+	sched map[string]*schedEvent
 }
 
 func newLedger() *ledger {
 	return &ledger{committed: map[string]time.Time{}, rolledBack: map[string]struct{}{},
-		poisoned: map[string]struct{}{}, poisonUnknown: map[string]struct{}{}}
+		poisoned: map[string]struct{}{}, poisonUnknown: map[string]struct{}{}, sched: map[string]*schedEvent{}}
 }
 
 // record books the events of one transaction by its outcome err and reports
@@ -77,6 +79,9 @@ func (l *ledger) record(ids []string, err error, poison bool) bool {
 		add(l.rolledBack)
 	default:
 		l.writeErrs++
+		if l.writeErrs <= 3 {
+			fmt.Fprintf(os.Stderr, "chaos: writer error (outcome unknown): %v\n", err)
+		}
 		if poison {
 			add(l.poisonUnknown)
 		}
@@ -124,6 +129,7 @@ type options struct {
 	dropSlot                                          bool // -storage wal: the slot is dropped once; the operator starts afresh
 	fillStream                                        bool // -broker natsjs: the streams fill up (DiscardNew) for a while
 	smallBatchLimit                                   int  // -broker kafka: the topics' max.message.bytes (0: kfake's default)
+	scheduled                                         int  // scheduled events a second, the writers together (0: none)
 }
 
 func parseOptions(args []string) (options, error) {
@@ -166,6 +172,7 @@ func parseOptions(args []string) (options, error) {
 	fs.BoolVar(&o.dropSlot, "drop-slot", false, "-storage wal: at 1/4 of the run the replication slot is dropped (pg_terminate_backend of its active pid, then pg_drop_replication_slot): every relay process must stop with walrelay.ErrSlot and none may make the slot again; the orchestrator, as the operator, then starts afresh (walrelay.RecreateSlot) and lets the relays run again. The events committed between the lost slot's last confirmed position and the new slot's start are listed as at risk: lost events are allowed only among them (a WAL event has no table row: its slot gone, it is gone)")
 	fs.BoolVar(&o.fillStream, "fill-stream", false, "-broker natsjs: at 1/2 of the run both streams are made full for 4s (MaxMsgs 100 over what they hold, DiscardNew) under a burst of events, then given room again: JetStream refuses publishes with 'maximum messages exceeded', which is the broker's condition, not the messages': nothing may die")
 	fs.IntVar(&o.smallBatchLimit, "small-batch-limit", 0, "-broker kafka: the topics' max.message.bytes, in bytes: below a batch of the writers' events but above one event (e.g. 2000), so that the broker refuses batches as too large; publishers/kafka must split them, and refuse a record only when it is refused alone: nothing may die but the poisoned (0: kfake's default, 1MB)")
+	fs.IntVar(&o.scheduled, "scheduled", 20, "scheduled events a second the writers write, together (due 0.2-3s after the save; half under a key; in ordered mode 2 in 5 apart from their account's order), which other goroutines cancel or move (by id or key, half at the due time, racing the relays) in transactions that change a reminder row too, 1 in 5 rolled back; none with -storage wal, which has no scheduled events (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -184,6 +191,12 @@ func parseOptions(args []string) (options, error) {
 		}
 	default:
 		return o, fmt.Errorf("-storage %q: table or wal", o.storage)
+	}
+	if o.storage == "wal" {
+		o.scheduled = 0 // outboxhook.ErrScheduledWAL
+	}
+	if o.scheduled < 0 {
+		return o, errors.New("-scheduled: events a second, 0 for none")
 	}
 	if o.dropSlot && o.storage != "wal" {
 		return o, errors.New("-drop-slot: -storage wal only")
@@ -418,6 +431,9 @@ func orchestrate(args []string) (bool, error) {
 	led := newLedger()
 	f := &faults{db: db, q: q, mon: mon, brk: brk, led: led, env: e,
 		outageLen: o.outageLen, refuseFor: o.refuseFor, burstAccounts: o.burstAccounts, burstEvents: o.burstEvents}
+	if o.scheduled > 0 {
+		f.sched = newScheduler(db, led, o.scheduled, !o.unordered)
+	}
 
 	// Writers.
 	writeCtx, stopWriting := context.WithTimeout(ctx, o.dur)
@@ -449,6 +465,11 @@ func orchestrate(args []string) (bool, error) {
 		mine := accs[w*len(accs)/o.writers : (w+1)*len(accs)/o.writers]
 		ww.Go(func() { writer(writeCtx, db, w, mine, led, f, saves, spst, o) })
 	}
+
+	// The writers schedule events until schedTail before they stop.
+	schedCtx, stopScheduling := context.WithTimeout(writeCtx, max(o.dur-schedTail, o.dur/2))
+	defer stopScheduling()
+	bg.Go(func() { f.sched.run(schedCtx) })
 
 	opCtx, stopOperator := context.WithTimeout(writeCtx, o.dur*2/5)
 	defer stopOperator()
@@ -542,15 +563,17 @@ func orchestrate(args []string) (bool, error) {
 			applied := countApplied(q)
 			pending, dead := st.Pending, st.Dead
 			c, _ := led.counts()
+			sc, cancelled := led.schedCounts()
 			obs.mu.Lock()
 			seen := len(obs.order)
 			obs.mu.Unlock()
-			fmt.Fprintf(os.Stderr, "chaos: %4.0fs committed %d, outbox pending %d, dead %d, in the streams %d, applied %d, kills %d\n",
-				time.Since(start).Seconds(), c, pending, dead, seen, applied, kills.Load())
+			fmt.Fprintf(os.Stderr, "chaos: %4.0fs committed %d (scheduled %d, cancelled %d), outbox pending %d, dead %d, in the streams %d, applied %d, kills %d\n",
+				time.Since(start).Seconds(), c, sc, cancelled, pending, dead, seen, applied, kills.Load())
 		}
 	}()
 	defer close(progressDone)
 	ww.Wait()
+	f.sched.wait() // the last cancels and moves
 	<-faultsDone
 	faultsStopped := time.Now()
 	var riskFrom, riskTo time.Time
@@ -590,7 +613,8 @@ func orchestrate(args []string) (bool, error) {
 	// Drain: everything committed and not poisoned published and applied,
 	// the poisoned dead, within 30s of the last write.
 	committed, poisoned := led.counts()
-	want := committed - poisoned
+	_, cancelled := led.schedCounts()
+	want := committed - poisoned - cancelled
 	drained := false
 	for time.Since(lastWrite) < 30*time.Second {
 		st, err := mon.Stats(ctx)
@@ -623,7 +647,7 @@ func orchestrate(args []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	v, err := judge(q, dl, led, obs, st, h.purged.Load())
+	v, err := judge(q, dl, led, obs, st, h.purged.Load(), f.sched != nil)
 	if err != nil {
 		return false, err
 	}
@@ -636,7 +660,7 @@ func orchestrate(args []string) (bool, error) {
 		mode, unorderedViolations, v.violations = "unordered", v.violations, 0
 	}
 	h.settleSaves(saves)
-	ok := v.ok() && drained && h.savesOK(saves) && h.deathsOK() && (sf == nil || sf.ok()) && (!o.fillStream || f.filled)
+	ok := v.ok() && (f.sched == nil || v.sched.ok()) && drained && h.savesOK(saves) && h.deathsOK() && (sf == nil || sf.ok()) && (!o.fillStream || f.filled)
 	kb, _ := brk.(*kafkaBroker)
 	if o.smallBatchLimit > 0 {
 		// The fault must have been felt, and a lone event must fit.
@@ -672,6 +696,11 @@ func orchestrate(args []string) (bool, error) {
 			fmt.Sprintf("%d (%d)", spst.carriedIn.Load(), spst.flushed.Load()))
 	}
 	row("events committed", committed)
+	if f.sched != nil {
+		f.sched.rows(row, v.sched)
+	} else if o.storage == "wal" {
+		row("scheduled events", "none: the WAL outbox has none (outboxhook.ErrScheduledWAL)")
+	}
 	row("events rolled back (must never be seen)", len(led.rolledBack))
 	row("writer errors (outcome unknown, not counted)", led.writeErrs)
 	row("kills (SIGKILL by the orchestrator)", kills.Load())
@@ -730,7 +759,11 @@ func orchestrate(args []string) (bool, error) {
 		if o.unordered {
 			inOrder = "" // not promised
 		}
-		fmt.Printf("\nPASS: every committed event's effect happened exactly once%s and nothing else was seen; only the poisoned died.\n", inOrder)
+		sched := ""
+		if f.sched != nil {
+			sched = " Every scheduled event not cancelled was published, none before its due time, none whose cancel committed."
+		}
+		fmt.Printf("\nPASS: every committed event's effect happened exactly once%s and nothing else was seen; only the poisoned died.%s\n", inOrder, sched)
 		fmt.Println("chaos: 1 passed, 0 failed")
 	} else {
 		fmt.Println("\nFAIL: see the table.")
@@ -775,10 +808,26 @@ func writer(ctx context.Context, db *gorm.DB, w int, mine []*Account, led *ledge
 		a := mine[i]
 		a.Version++
 		poison := f.takePoison()
+		// -savepoints: a third of the transactions set one (never with a
+		// poisoned event: its bookkeeping stays simple).
+		shape := spNoSavepoint
+		if o.savepoints && !poison && rand.IntN(3) == 0 {
+			shape = spShape(1 + rand.IntN(4))
+		}
+		// A scheduled event, when one is due, in a transaction without a
+		// savepoint (its due time is its save's).
+		var sc *events.Schedule
+		if !poison && shape == spNoSavepoint && f.sched.take() {
+			p := f.sched.plan()
+			sc = &p
+		}
 		ev := Deposited{AccountID: a.ID, Version: a.Version}
-		if poison {
+		switch {
+		case poison:
 			a.RecordWithMetadata(ev, events.Metadata{poisonKey: "1"})
-		} else {
+		case sc != nil:
+			a.Schedule(ev, *sc)
+		default:
 			a.Record(ev)
 		}
 		// Only the event recorded now: earlier ones may still be pending
@@ -787,24 +836,24 @@ func writer(ctx context.Context, db *gorm.DB, w int, mine []*Account, led *ledge
 		recs := a.Records()
 		ids := []string{recs[len(recs)-1].ID.String()}
 		rollback := !poison && rand.IntN(10) == 0
-		// -savepoints: a third of the transactions set one (never with a
-		// poisoned event: its bookkeeping stays simple).
-		shape := spNoSavepoint
-		if o.savepoints && !poison && rand.IntN(3) == 0 {
-			shape = spShape(1 + rand.IntN(4))
-		}
 		carried := a.carried
 		began := time.Now()
 		err := tdb.Transaction(func(tx *gorm.DB) error {
 			if err := savepointTx(tx, a, shape, sp); err != nil {
 				return err
 			}
+			if sc != nil {
+				if err := tx.Create(&Reminder{EventID: ids[0], AccountID: a.ID.String(), ScheduleKey: sc.Key, State: "scheduled"}).Error; err != nil {
+					return err
+				}
+			}
 			if rollback {
 				return errRollback
 			}
 			return nil
 		})
-		saves.add(began, time.Since(began), o.host.slowSave)
+		ended := time.Now()
+		saves.add(began, ended.Sub(began), o.host.slowSave)
 		if err == nil && shape == spCarry {
 			// Committed, but the ROLLBACK TO undid the account's save: its
 			// events, those it carried too, stay pending on it.
@@ -826,7 +875,11 @@ func writer(ctx context.Context, db *gorm.DB, w int, mine []*Account, led *ledge
 				}
 			}
 		}
-		if !led.record(ids, err, poison) {
+		committed := led.record(ids, err, poison)
+		if committed && sc != nil {
+			f.sched.committed(ids[0], a.ID.String(), a.Version, *sc, began, ended)
+		}
+		if !committed {
 			if poison {
 				f.poisonDue.Add(1) // owed still
 			}
@@ -889,6 +942,7 @@ type verdict struct {
 	slowestDeath                                        float64 // seconds from commit (or the last requeue: it resets created_at) to death, at most
 	mostAttempts                                        int     // of a dead event
 	atRisk, lostAtRisk                                  int     // -drop-slot: committed events at risk, and those of them lost (allowed)
+	sched                                               schedVerdict
 }
 
 func (v verdict) ok() bool {
@@ -899,12 +953,25 @@ func (v verdict) ok() bool {
 // judge compares the ledger with the effects, the streams and the dead events.
 // A poisoned event that is no longer in the outbox was purged by the
 // operator: no more of them than the operator purged (purged), else
-// purgedPoison is -1.
-func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged int64) (verdict, error) {
+// purgedPoison is -1. With scheduled events, it judges them too (the
+// reminders, the relays' attempts); those whose cancel committed are not
+// lost, and those apart from their account's order are not in it.
+func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged int64, scheduled bool) (verdict, error) {
 	var v verdict
 	effects, err := countByID(q, `SELECT event_id, count(*) FROM effects GROUP BY event_id`)
 	if err != nil {
 		return v, err
+	}
+	apart := led.apartIDs()
+	var (
+		rems map[string]Reminder
+		atts map[string][]attempt
+	)
+	if scheduled {
+		if rems, err = readReminders(q); err != nil {
+			return v, err
+		}
+		atts = readAttempts(lockDir)
 	}
 	ops, err := admin.Open(context.Background(), q, admin.Config{})
 	if err != nil {
@@ -922,7 +989,14 @@ func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged
 	}
 	led.mu.Lock()
 	defer led.mu.Unlock()
+	var cancelled map[string]bool // scheduled, and their cancel committed
+	if scheduled {
+		v.sched, cancelled = led.judgeScheduled(rems, effects, obs, st, atts)
+	}
 	for id := range led.committed {
+		if cancelled[id] {
+			continue // judged by judgeScheduled
+		}
 		_, poisoned := led.poisoned[id]
 		_, risk := led.atRisk[id]
 		if risk {
@@ -983,14 +1057,15 @@ func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged
 	}
 	_ = q.Raw(`SELECT coalesce(max(`+dl.secs("dead_at", "created_at")+`), 0), coalesce(max(attempts), 0)
 		FROM outbox_messages WHERE dead_at IS NOT NULL`).Row().Scan(&v.slowestDeath, &v.mostAttempts)
-	v.readOutOfOrder, v.dupDeliveries = obs.verdict()
-	pairs := violationPairs(st.order)
+	v.readOutOfOrder, v.dupDeliveries = obs.verdict(apart)
+	pairs := violationPairs(withoutApart(st.order, apart))
 	v.violations, v.dupStored = len(pairs), st.dups
 	for _, p := range pairs {
-		fmt.Fprintf(os.Stderr, "chaos: order: account %s version %d (%s, at %s) stored after version %d (%s, at %s)\n",
-			p[0].account, p[0].version, p[0].id, p[0].pos, p[1].version, p[1].id, p[1].pos)
+		fmt.Fprintf(os.Stderr, "chaos: order: account %s version %d (%s, at %s%s) stored after version %d (%s, at %s%s)\n",
+			p[0].account, p[0].version, p[0].id, p[0].pos, led.schedNote(p[0].id), p[1].version, p[1].id, p[1].pos, led.schedNote(p[1].id))
 		describe(q, dl, p[0].id)
 		describe(q, dl, p[1].id)
+		led.dumpAccount(p[0].account)
 	}
 	return v, nil
 }
@@ -1072,6 +1147,7 @@ type observed struct {
 	account string
 	version int
 	at      time.Time // when the observer first read it
+	due     time.Time // a scheduled event's due time, from its metadata (zero: none)
 	pos     string    // where the broker stored it (read back), for the log
 }
 
@@ -1079,12 +1155,14 @@ func (o *observer) run(msgs <-chan *message.Message) {
 	for m := range msgs {
 		var d Deposited
 		_ = json.Unmarshal(m.Payload, &d)
+		at := time.Now()
+		due, _ := events.DueAt(m.Metadata)
 		o.mu.Lock()
 		if _, ok := o.seen[m.UUID]; ok {
 			o.dups++
 		} else {
 			o.seen[m.UUID] = len(o.order)
-			o.order = append(o.order, observed{id: m.UUID, account: d.AccountID.String(), version: d.Version, at: time.Now()})
+			o.order = append(o.order, observed{id: m.UUID, account: d.AccountID.String(), version: d.Version, at: at, due: due})
 		}
 		o.mu.Unlock()
 		m.Ack()
@@ -1100,16 +1178,17 @@ func (o *observer) sawID(id string) bool {
 
 // verdict returns the events the observer first read after a later version
 // of their account (redeliveries after a broker outage; the order promised is
-// the streams', see readStreams) and the duplicate deliveries.
-func (o *observer) verdict() (outOfOrder, dups int) {
+// the streams', see readStreams), the events of apart left out, and the
+// duplicate deliveries.
+func (o *observer) verdict(apart map[string]bool) (outOfOrder, dups int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return violations(o.order), o.dups
+	return violations(withoutApart(o.order, apart)), o.dups
 }
 
 // latencies returns the quantiles qs of the time from an event's commit (as
 // its writer saw it) to the observer's first read of it in the stream, over
-// the events committed before `before` (zero: all).
+// the events committed before `before` (zero: all), not scheduled.
 func (o *observer) latencies(led *ledger, before time.Time, qs ...float64) []time.Duration {
 	led.mu.Lock()
 	defer led.mu.Unlock()
@@ -1117,6 +1196,9 @@ func (o *observer) latencies(led *ledger, before time.Time, qs ...float64) []tim
 	defer o.mu.Unlock()
 	var ds []time.Duration
 	for _, ob := range o.order {
+		if _, sched := led.sched[ob.id]; sched {
+			continue
+		}
 		if t, ok := led.committed[ob.id]; ok && (before.IsZero() || t.Before(before)) {
 			ds = append(ds, max(ob.at.Sub(t), 0))
 		}

@@ -189,9 +189,11 @@ type refusing struct {
 	message.Publisher
 	topic string // the topic refused in the windows
 	win   *refusals
+	log   *attemptLog // the attempts to publish scheduled events, written down
 }
 
 func (p refusing) Publish(topic string, msgs ...*message.Message) error {
+	p.log.note(msgs)
 	for _, m := range msgs {
 		if m.Metadata.Get(poisonKey) != "" {
 			return errPoisoned
@@ -211,6 +213,7 @@ type refusingBatch struct {
 }
 
 func (p refusingBatch) PublishBatch(ctx context.Context, topic string, msgs ...*message.Message) []error {
+	p.log.note(msgs)
 	errs := make([]error, len(msgs))
 	if topic == p.topic && p.win.active(time.Now()) {
 		for i := range errs {
@@ -256,6 +259,7 @@ func relayPublisher(e env, broker string, oneIn int) (message.Publisher, error) 
 		opts = append(opts, nats.ReconnectBufSize(-1))
 	}
 	refused := e.topics[len(e.topics)-1]
+	attempts := openAttemptLog("relay-" + e.id)
 	if broker == "nats" {
 		cfg := brokertest.NATSPublisherConfig(e.nats)
 		cfg.NatsOptions = append(cfg.NatsOptions, opts...)
@@ -263,7 +267,7 @@ func relayPublisher(e env, broker string, oneIn int) (message.Publisher, error) 
 		if err != nil {
 			return nil, err
 		}
-		return crashAfterAck{refusing{Publisher: pub, topic: refused, win: &refusals{file: e.refuseFile}}, oneIn}, nil
+		return crashAfterAck{refusing{Publisher: pub, topic: refused, win: &refusals{file: e.refuseFile}, log: attempts}, oneIn}, nil
 	}
 	// Herald's publishers, a result per message (relay.BatchPublisher).
 	var (
@@ -286,7 +290,7 @@ func relayPublisher(e env, broker string, oneIn int) (message.Publisher, error) 
 	if err != nil {
 		return nil, err
 	}
-	ref := refusingBatch{refusing{Publisher: pub, topic: refused, win: &refusals{file: e.refuseFile}}, pub}
+	ref := refusingBatch{refusing{Publisher: pub, topic: refused, win: &refusals{file: e.refuseFile}, log: attempts}, pub}
 	return crashAfterAckBatch{crashAfterAck{ref, oneIn}, ref}, nil
 }
 
