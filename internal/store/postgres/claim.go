@@ -81,6 +81,12 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
 		// over every pending event not due, a million scheduled events made
 		// each claim read a million rows; as a NOT EXISTS per row, the
 		// planner's estimate grew enough to JIT-compile every claim.)
+		// An event below the start holds its aggregate's later candidates
+		// back too: it is pending, so it will be claimed, and they must not
+		// go first. Such an event that is due was passed while it was held
+		// back itself, behind an event that has gone since (a cancelled
+		// scheduled event, which brings nothing back): "stranded", the
+		// next claim starts there.
 		// "waiting" is where and when the earliest retry of the partitions
 		// is, through the retry index, for the claim that will have to start
 		// there; scheduled events need no such note: the start takes the
@@ -111,18 +117,19 @@ cand AS MATERIALIZED (
     AND o.seq >= (SELECT lo FROM start) AND p.part = ANY($3::int[])
   ORDER BY o.seq LIMIT $1),
 blocked AS MATERIALIZED (
-  SELECT a.aggregate_type, a.aggregate_id, b.seq
+  SELECT a.aggregate_type, a.aggregate_id, b.seq, b.due
   FROM (SELECT c.aggregate_type, c.aggregate_id, max(c.seq) AS last FROM cand c WHERE c.aggregate_id <> ''
         GROUP BY c.aggregate_type, c.aggregate_id) a
-  CROSS JOIN LATERAL (SELECT min(o.seq) AS seq FROM {t} o
+  CROSS JOIN LATERAL (SELECT o.seq, o.available_at <= now() AS due FROM {t} o
     WHERE o.aggregate_type = a.aggregate_type AND o.aggregate_id = a.aggregate_id AND o.seq < a.last
-      AND {pending} AND o.available_at > now()) b
-  WHERE b.seq IS NOT NULL),
+      AND {pending} AND (o.available_at > now() OR o.seq < (SELECT lo FROM start))
+    ORDER BY o.seq LIMIT 1) b),
 waiting AS MATERIALIZED (
   SELECT min(o.seq) AS seq, min(o.available_at) AS at FROM {t} o
   WHERE {pending} AND o.attempts > 0 AND o.available_at > now() AND {part} = ANY($3::int[]))
-SELECT m.dbnow, m.frontier, m.lastseq, m.clock, m.lastcand, m.candidates, w.seq, w.at, c.* FROM
-  (SELECT now() AS dbnow, l.lastseq, l.clock, {frontier} AS frontier, (SELECT max(seq) FROM cand) AS lastcand, (SELECT count(*) FROM cand) AS candidates
+SELECT m.dbnow, m.frontier, m.lastseq, m.clock, m.lastcand, m.candidates, m.stranded, w.seq, w.at, c.* FROM
+  (SELECT now() AS dbnow, l.lastseq, l.clock, {frontier} AS frontier, (SELECT max(seq) FROM cand) AS lastcand, (SELECT count(*) FROM cand) AS candidates,
+     (SELECT min(b.seq) FROM blocked b WHERE b.due) AS stranded
    FROM (SELECT {lastseq} AS lastseq, clock_timestamp() AS clock) l) m
   CROSS JOIN waiting w
 LEFT JOIN LATERAL (SELECT c.* FROM cand c WHERE NOT EXISTS (SELECT 1 FROM blocked b
@@ -254,6 +261,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 		lastSeq  sql.NullInt64
 		lastCand sql.NullInt64 // the last candidate's seq: returned or held back
 		cands    int
+		stranded sql.NullInt64 // a due event below the start that holds a candidate back
 	)
 	for rows.Next() {
 		var (
@@ -262,7 +270,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 			part  sql.NullInt32
 			sched sql.NullBool
 		)
-		if err := rows.Scan(n.dest([]any{&dbNow, &frontier, &lastSeq, &clock, &lastCand, &cands, &waitSeq, &waitAt}, &seq, &part, &sched)...); err != nil {
+		if err := rows.Scan(n.dest([]any{&dbNow, &frontier, &lastSeq, &clock, &lastCand, &cands, &stranded, &waitSeq, &waitAt}, &seq, &part, &sched)...); err != nil {
 			return nil, err
 		}
 		if c, ok := n.claimed(); ok {
@@ -284,7 +292,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	for i, j := range idx {
 		sorted[i], sortedSeqs[i] = out[j], seqs[j]
 	}
-	done := orderedResult{rows: sorted, seqs: sortedSeqs, full: cands >= limit, lastCand: lastCand.Int64, dbNow: dbNow, clock: clock, frontier: frontier}
+	done := orderedResult{rows: sorted, seqs: sortedSeqs, full: cands >= limit, lastCand: lastCand.Int64, stranded: stranded.Int64, dbNow: dbNow, clock: clock, frontier: frontier}
 	if lastSeq.Valid {
 		done.last = &observation{clock, lastSeq.Int64}
 	}

@@ -391,6 +391,7 @@ type orderedResult struct {
 	seqs     []seqPart
 	full     bool      // the claim read as many candidates as it could take
 	lastCand int64     // the seq of its last candidate (claimed or held back behind a retry)
+	stranded int64     // a due event below its start holding a candidate back; 0 for none
 	dbNow    time.Time // the claim's now()
 	clock    time.Time // after the claim's snapshot
 	frontier sql.NullTime
@@ -479,6 +480,9 @@ func (p *position) orderedDone(st orderedClaim, owned []int32, res orderedResult
 	}
 	if res.full {
 		next = min(next, max(res.lastCand, lastSeqOf(res.seqs))+1)
+	}
+	if res.stranded > 0 {
+		next = min(next, res.stranded)
 	}
 	p.advance(res.frontier)
 	lo := st.startAt(res.dbNow)
