@@ -754,7 +754,8 @@ func seqScans(db *sql.DB, mode string, log []captured) {
 			continue
 		}
 		plan, err := explainPlain(db, q, last[q])
-		if err != nil || !strings.Contains(plan, "Seq Scan on outbox_messages") {
+		// The outbox itself, not its relay tables (outbox_messages_leases...).
+		if err != nil || !(strings.Contains(plan, "Seq Scan on outbox_messages ") || strings.Contains(plan, "Seq Scan on outbox_messages\n")) {
 			continue
 		}
 		found++
