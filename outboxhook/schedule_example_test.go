@@ -34,7 +34,7 @@ func ExampleCancelKey() {
 	inv.Record(InvoiceIssued{InvoiceID: inv.ID})
 	reminder := "reminder:" + inv.ID.String()
 	inv.Schedule(PaymentReminder{InvoiceID: inv.ID}, events.After(24*time.Hour).Keyed(reminder))
-	id := inv.Records()[1].ID // the reminder's event id: Cancel and Move take it too
+	id := inv.Records()[1].ID                    // the reminder's event id: Cancel and Move take it too
 	if err := db.Create(inv).Error; err != nil { // the invoice, the event due now and the reminder
 		log.Fatal(err)
 	}

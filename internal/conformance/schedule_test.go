@@ -124,7 +124,7 @@ func testScheduleCancelMove(t *testing.T, dl testkit.Dialect) {
 	// Moves: the expiry to now by key, event 2 to now by id, event 3 later.
 	must(t, db.Transaction(func(tx *gorm.DB) error {
 		if res, err := outboxhook.MoveKey(tx, "expiry:"+a.ID.String(), events.Schedule{}); err != nil || res.Changed != 1 {
-			return fmt.Errorf("move by key = %+v, %v", res, err)
+			return fmt.Errorf("move by key = %+v: %w", res, err)
 		}
 		if err := outboxhook.Move(tx, recs[2].ID, events.After(300*time.Millisecond)); err != nil {
 			return err
