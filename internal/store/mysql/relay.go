@@ -91,13 +91,19 @@ ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
 	// line), asked per candidate through the aggregate index: a set of the
 	// blocked aggregates built first read every event scheduled for later
 	// at each claim.
-	ordered := `(SELECT {cols}, o.due_at IS NOT NULL AS scheduled FROM {t} o
+	ordered := `(SELECT {cols}, o.due_at IS NOT NULL AS scheduled FROM {t} o FORCE INDEX ({schedIdx})
   WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND {due} AND o.available_at <= {now}
     AND {part} IN ({owned})
     AND NOT EXISTS (SELECT 1 FROM {t} b
       WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.dead_at IS NULL
         AND b.processed_at IS NULL AND b.seq < o.seq AND b.available_at > {now} AND b.aggregate_id <> '')
   ORDER BY o.seq LIMIT ?)`
+	// Both branches through the scheduled index (dead_at, processed_at,
+	// due_at; InnoDB appends the key, seq): MariaDB otherwise reads the
+	// first in seq order by the primary key, and steps over every event
+	// scheduled for later at each claim (205,000 rows a claim under 200,000
+	// scheduled).
+	ordered = strings.Replace(ordered, "{schedIdx}", Quote(ident.Table{Name: t.Derived("_scheduled_idx").Name}), 1)
 	q.claimOrdered = rep.Replace(strings.Replace(ordered, "{due}", "o.due_at IS NULL", 1) + `
 UNION ALL
 ` + strings.Replace(ordered, "{due}", "o.due_at IS NOT NULL AND o.due_at <= {now}", 1) + `

@@ -92,8 +92,12 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
 		// there; scheduled events need no such note: the start takes the
 		// lowest due scheduled event pending, through the scheduled index
 		// (an event moved to an earlier time keeps its seq).
-		// The candidates are read through the ordered index (seq) from the
-		// start, their due time a filter: written as an expression, so that
+		// The candidates due at once are read through the ordered index
+		// (seq), which holds no scheduled event, from the start; the
+		// scheduled ones that are due through the scheduled index; the
+		// lowest of both in seq order are the candidates (through one index,
+		// a claim from the head stepped over every event scheduled for
+		// later). The due time is a filter, written as an expression, so that
 		// the planner, which finds few rows due where many are scheduled for
 		// later, does not read and sort every due event through the pending
 		// index instead (27 ms a claim at 20,000 due under 1,000,000
@@ -112,10 +116,17 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
     (SELECT min(o.seq) FROM {t} o WHERE o.due_at IS NOT NULL AND o.due_at <= now() AND {pending} AND o.available_at <= now()
        AND {part} = ANY($3::int[]))) AS lo),
 cand AS MATERIALIZED (
-  SELECT {cols}, o.seq, p.part, o.due_at IS NOT NULL AS scheduled FROM {t} o, LATERAL (SELECT {part} AS part) p
-  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at + interval '0 s' <= now()
-    AND o.seq >= (SELECT lo FROM start) AND p.part = ANY($3::int[])
-  ORDER BY o.seq LIMIT $1),
+  SELECT * FROM (
+    (SELECT {cols}, o.seq, p.part, false AS scheduled FROM {t} o, LATERAL (SELECT {part} AS part) p
+     WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.due_at IS NULL AND o.available_at + interval '0 s' <= now()
+       AND o.seq >= (SELECT lo FROM start) AND p.part = ANY($3::int[])
+     ORDER BY o.seq LIMIT $1)
+    UNION ALL
+    (SELECT {cols}, o.seq, p.part, true FROM {t} o, LATERAL (SELECT {part} AS part) p
+     WHERE o.due_at IS NOT NULL AND o.due_at <= now() AND o.processed_at IS NULL AND o.dead_at IS NULL
+       AND o.available_at <= now() AND o.seq >= (SELECT lo FROM start) AND p.part = ANY($3::int[])
+     ORDER BY o.seq LIMIT $1)) u
+  ORDER BY u.seq LIMIT $1),
 blocked AS MATERIALIZED (
   SELECT a.aggregate_type, a.aggregate_id, b.seq, b.due
   FROM (SELECT c.aggregate_type, c.aggregate_id, max(c.seq) AS last FROM cand c WHERE c.aggregate_id <> ''
@@ -144,10 +155,19 @@ WHERE o.id = ANY($1::uuid[]) AND o.processed_at IS NULL AND o.dead_at IS NULL AN
 FOR SHARE OF o SKIP LOCKED`)
 	// The sweep of ordered mode: due events of the partitions below their
 	// position ($5, by partition), which lowers it.
-	q.probe = rep.Replace(`SELECT o.seq, {part} FROM {t} o
-WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
-  AND o.seq < $4::bigint AND {part} = ANY($3::int[]) AND o.seq < ($5::bigint[])[{part} + 1]
-ORDER BY o.seq LIMIT $1`)
+	// The events due at once and the due scheduled ones, each through its
+	// index, as the claim reads them.
+	q.probe = rep.Replace(`SELECT * FROM (
+  (SELECT o.seq, {part} FROM {t} o
+   WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.due_at IS NULL AND o.available_at + interval '0 s' <= now()
+     AND o.seq < $4::bigint AND {part} = ANY($3::int[]) AND o.seq < ($5::bigint[])[{part} + 1]
+   ORDER BY o.seq LIMIT $1)
+  UNION ALL
+  (SELECT o.seq, {part} FROM {t} o
+   WHERE o.due_at IS NOT NULL AND o.due_at <= now() AND o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+     AND o.seq < $4::bigint AND {part} = ANY($3::int[]) AND o.seq < ($5::bigint[])[{part} + 1]
+   ORDER BY o.seq LIMIT $1)) u
+ORDER BY 1 LIMIT $1`)
 	return q
 }
 
