@@ -66,7 +66,9 @@ RETURNING seq, {cols}, available_at`)
 	// the ordered index, which holds no scheduled event; the scheduled ones
 	// due through the scheduled index (few: they are published as they come
 	// due); the lowest of both in seq order are claimed. Through one index,
-	// every claim stepped over every event scheduled for later.
+	// every claim stepped over every event scheduled for later. The second
+	// orders by +seq: by seq, SQLite scanned the whole table in rowid order
+	// for the few due scheduled events (45 ms a claim at 120,000 rows).
 	ordered := `SELECT * FROM (SELECT o.seq, o.id, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload, o.metadata,
     o.occurred_at, o.attempts, o.strikes, o.due_at IS NOT NULL AS scheduled
   FROM {t} o
@@ -78,7 +80,8 @@ RETURNING seq, {cols}, available_at`)
   ORDER BY o.seq LIMIT ?)`
 	q.claimOrdered = rep.Replace(strings.Replace(ordered, "{due}", "o.due_at IS NULL", 1) + `
 UNION ALL
-` + strings.Replace(ordered, "{due}", "o.due_at IS NOT NULL AND o.due_at <= {now}", 1) + `
+` + strings.Replace(strings.Replace(ordered, "{due}", "o.due_at IS NOT NULL AND o.due_at <= {now}", 1),
+		"ORDER BY o.seq", "ORDER BY +o.seq", 1) + `
 ORDER BY seq LIMIT ?`)
 	// The ordered claim reads without a lock, in a snapshot: a Reschedule
 	// whose transaction deleted or moved a scheduled row it read, and has not
