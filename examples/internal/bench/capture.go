@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"sync"
 	"time"
 )
@@ -125,7 +126,7 @@ func (c capConn) QueryContext(ctx context.Context, q string, args []driver.Named
 	}
 	t0 := time.Now()
 	rows, err := qc.QueryContext(ctx, q, args)
-	if err != driver.ErrSkip {
+	if !errors.Is(err, driver.ErrSkip) {
 		timed(q, time.Since(t0))
 		record(q, args)
 	}
@@ -139,7 +140,7 @@ func (c capConn) ExecContext(ctx context.Context, q string, args []driver.NamedV
 	}
 	t0 := time.Now()
 	res, err := ec.ExecContext(ctx, q, args)
-	if err != driver.ErrSkip {
+	if !errors.Is(err, driver.ErrSkip) {
 		timed(q, time.Since(t0))
 		record(q, args)
 	}

@@ -755,7 +755,7 @@ func seqScans(db *sql.DB, mode string, log []captured) {
 		}
 		plan, err := explainPlain(db, q, last[q])
 		// The outbox itself, not its relay tables (outbox_messages_leases...).
-		if err != nil || !(strings.Contains(plan, "Seq Scan on outbox_messages ") || strings.Contains(plan, "Seq Scan on outbox_messages\n")) {
+		if err != nil || (!strings.Contains(plan, "Seq Scan on outbox_messages ") && !strings.Contains(plan, "Seq Scan on outbox_messages\n")) {
 			continue
 		}
 		found++
