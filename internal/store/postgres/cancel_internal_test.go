@@ -5,10 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -21,25 +17,8 @@ import (
 func TestOrderedClaimAfterACancelledBlocker(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.SchemaDB(t)
-	tbl := ident.MustTable("outbox_messages")
-	o := newOutbox(tbl)
-	if err := o.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	r := newRelay(tbl)
-	if err := r.Create(ctx, db, store.RelayCreateParams{Ordered: true}); err != nil {
-		t.Fatal(err)
-	}
-	insert := func(s store.Schedule) string {
-		t.Helper()
-		ev := store.Row{ID: uuid.NewString(), Type: "t", Version: 1, AggregateType: "account", AggregateID: "a",
-			Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now(), Schedule: s}
-		if _, _, err := o.Insert(ctx, db, store.OutboxInsertParams{Rows: []store.Row{ev}}); err != nil {
-			t.Fatal(err)
-		}
-		return ev.ID
-	}
+	db, o, r := orderedOutbox(t)
+	insert := func(s store.Schedule) string { return insertEvent(t, db, o, 1, s) }
 	claim := func(limit int) []string {
 		t.Helper()
 		time.Sleep(frontierEvery + time.Millisecond) // each claim reads the frontier

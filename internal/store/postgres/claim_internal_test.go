@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -25,16 +21,7 @@ import (
 func TestOrderedClaimStartsAtARetryDueByTheDatabasesClock(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.SchemaDB(t)
-	tbl := ident.MustTable("outbox_messages")
-	o := newOutbox(tbl)
-	if err := o.Create(ctx, db); err != nil {
-		t.Fatal(err)
-	}
-	r := newRelay(tbl)
-	if err := r.Create(ctx, db, store.RelayCreateParams{Ordered: true}); err != nil {
-		t.Fatal(err)
-	}
+	db, o, r := orderedOutbox(t)
 	// This process's clock, stepped by the test.
 	var (
 		mu    sync.Mutex
@@ -43,15 +30,7 @@ func TestOrderedClaimStartsAtARetryDueByTheDatabasesClock(t *testing.T) {
 	r.pos.now = func() time.Time { mu.Lock(); defer mu.Unlock(); return local }
 	step := func(d time.Duration) { mu.Lock(); local = local.Add(d); mu.Unlock() }
 
-	insert := func(version int) string {
-		t.Helper()
-		ev := store.Row{ID: uuid.NewString(), Type: "t", Version: version, AggregateType: "account", AggregateID: "a",
-			Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now()}
-		if _, _, err := o.Insert(ctx, db, store.OutboxInsertParams{Rows: []store.Row{ev}}); err != nil {
-			t.Fatal(err)
-		}
-		return ev.ID
-	}
+	insert := func(version int) string { return insertEvent(t, db, o, version, store.Schedule{}) }
 	owned := []int32{0}
 	claim := func(limit int) []int {
 		t.Helper()

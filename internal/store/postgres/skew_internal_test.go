@@ -6,10 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
-
-	"github.com/heraldgo/herald/internal/ident"
-	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -24,16 +20,7 @@ func TestScheduledEventsIgnoreTheRelaysClock(t *testing.T) {
 			t.Run(fmt.Sprintf("skew %v ordered %v", skew, ordered), func(t *testing.T) {
 				t.Parallel()
 				ctx := context.Background()
-				db := pgtest.SchemaDB(t)
-				tbl := ident.MustTable("outbox_messages")
-				o := newOutbox(tbl)
-				if err := o.Create(ctx, db); err != nil {
-					t.Fatal(err)
-				}
-				r := newRelay(tbl)
-				if err := r.Create(ctx, db, store.RelayCreateParams{Ordered: true}); err != nil {
-					t.Fatal(err)
-				}
+				db, o, r := orderedOutbox(t)
 				r.pos.now = func() time.Time { return time.Now().Add(skew) }
 				claim := func() []store.Row {
 					t.Helper()
@@ -66,12 +53,7 @@ func TestScheduledEventsIgnoreTheRelaysClock(t *testing.T) {
 					}
 					return rows
 				}
-				ev := store.Row{ID: uuid.NewString(), Type: "t", Version: 1, AggregateType: "account", AggregateID: "a",
-					Topic: "t", Payload: []byte(`{}`), Metadata: []byte(`{}`), OccurredAt: time.Now(),
-					Schedule: store.Schedule{After: 1500 * time.Millisecond}}
-				if _, _, err := o.Insert(ctx, db, store.OutboxInsertParams{Rows: []store.Row{ev}}); err != nil {
-					t.Fatal(err)
-				}
+				id := insertEvent(t, db, o, 1, store.Schedule{After: 1500 * time.Millisecond})
 				wait, ok, err := r.NextDue(ctx, db)
 				if err != nil || !ok || wait <= 0 || wait > 1500*time.Millisecond {
 					t.Fatalf("NextDue = %v, %v, %v: want under 1.5 s whatever the relay's clock", wait, ok, err)
@@ -84,7 +66,7 @@ func TestScheduledEventsIgnoreTheRelaysClock(t *testing.T) {
 					time.Sleep(100 * time.Millisecond)
 				}
 				time.Sleep(time.Until(deadline) + 10*time.Millisecond)
-				if got := claim(); len(got) != 1 || got[0].ID != ev.ID {
+				if got := claim(); len(got) != 1 || got[0].ID != id {
 					t.Fatalf("the first claim after the due time took %d events", len(got))
 				}
 			})
