@@ -74,10 +74,13 @@ func TestLeastPrivilegeWriter(t *testing.T) {
 	must(t, err)
 	locks, err := fs.ReadFile(migrations.Postgres(), "0006_aggregate_locks.up.sql")
 	must(t, err)
+	sched, err := fs.ReadFile(migrations.Postgres(), "0007_schedule.up.sql")
+	must(t, err)
 	role := pgtest.Name("herald_writer_")
 	asRole(t, admin, schema, role,
 		string(ddl),
 		string(locks),
+		string(sched),
 		`CREATE TABLE orders (id uuid PRIMARY KEY, status text)`,
 		`CREATE ROLE `+role+` LOGIN`,
 		`GRANT USAGE ON SCHEMA `+schema+` TO `+role,
@@ -95,19 +98,22 @@ func TestLeastPrivilegeWriter(t *testing.T) {
 	wantTypes(t, db, "order.placed", "order.paid", "order.paid")
 }
 
-// An outbox made before migration 0006 (its statements only from 0001) gets
-// the aggregate locks table, filled, at db.Use, and the writers of an
-// aggregate take its rows. A role that may not create it is refused at
-// db.Use with ErrSchemaOutdated naming the migration.
+// An outbox made without migration 0006 (its statements from 0001, and
+// 0007's columns) gets the aggregate locks table, filled, at db.Use, and the
+// writers of an aggregate take its rows. A role that may not create it is
+// refused at db.Use with ErrSchemaOutdated naming the migration.
 func TestAggregateLocksTableAddedToAnExistingOutbox(t *testing.T) {
 	t.Parallel()
 	schema, dsn := pgtest.Schema(t)
 	admin := pgtest.Admin(t)
 	ddl, err := fs.ReadFile(migrations.Postgres(), "0001_outbox_messages.up.sql")
 	must(t, err)
+	sched, err := fs.ReadFile(migrations.Postgres(), "0007_schedule.up.sql")
+	must(t, err)
 	role := pgtest.Name("herald_writer_")
 	asRole(t, admin, schema, role,
 		string(ddl),
+		string(sched),
 		`CREATE ROLE `+role+` LOGIN`,
 		`GRANT USAGE ON SCHEMA `+schema+` TO `+role,
 		`GRANT SELECT, INSERT ON outbox_messages TO `+role,

@@ -65,7 +65,7 @@ func TestClaimsSkipDeadRows(t *testing.T) {
 		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
 			e := newEnv(t)
 			holdXact(t, e.dsn)
-			idx := map[bool]string{false: "outbox_messages_pending_idx", true: "outbox_messages_ordered_idx"}[ordered]
+			idx := map[bool]string{false: "outbox_messages_pending_idx", true: "outbox_messages_stream_ordered_idx"}[ordered]
 			cfg := relay.Config{Ordered: ordered, PollInterval: 20 * time.Millisecond, SweepInterval: time.Hour,
 				LeaseDuration: 3 * time.Second, PublishTimeout: time.Second, Logger: quietLogger()}
 			// Waits watch the subscriber: counting pending rows would read the
