@@ -25,19 +25,12 @@ strikes (failures confirmed by a later publish), when it died, last error.`)
 	olderThan := c.durationVar(fs, "older-than", "", "only events that died more than this long ago ("+durationHint+")")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "print JSON (without payloads: dead show has them)")
-	if code, ok := c.parseNone(fs, args); !ok {
+	o, done, code, ok := c.openList(fs, args, limit)
+	if !ok {
 		return code
 	}
-	age := olderThan.d
-	if *limit <= 0 {
-		return c.usageError(errors.New("--limit must be positive"))
-	}
-	o, done, err := c.open(admin.Config{})
-	if err != nil {
-		return c.fail(err)
-	}
 	defer done()
-	evs, err := o.Dead(c.ctx, admin.DeadFilter{Type: *typ, OlderThan: age}, *limit)
+	evs, err := o.Dead(c.ctx, admin.DeadFilter{Type: *typ, OlderThan: olderThan.d}, *limit)
 	if err != nil {
 		return c.fail(err)
 	}

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"text/tabwriter"
 	"time"
@@ -25,15 +24,9 @@ when it failed last, its next attempt, its last error.`)
 	events := fs.Bool("events", false, "list the events, not their groups")
 	limit := fs.Int("limit", 100, "list at most this many groups (with --events: events)")
 	asJSON := fs.Bool("json", false, "print JSON (without payloads)")
-	if code, ok := c.parseNone(fs, args); !ok {
+	o, done, code, ok := c.openList(fs, args, limit)
+	if !ok {
 		return code
-	}
-	if *limit <= 0 {
-		return c.usageError(errors.New("--limit must be positive"))
-	}
-	o, done, err := c.open(admin.Config{})
-	if err != nil {
-		return c.fail(err)
 	}
 	defer done()
 	f := admin.FailingFilter{Type: *typ}

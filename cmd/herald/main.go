@@ -213,6 +213,22 @@ func (c *cli) parse(fs *flag.FlagSet, args []string, interleave bool) ([]string,
 	}
 }
 
+// openList parses the flags of a list command (no arguments, a positive
+// --limit) and opens the outbox; when ok is false the command returns code.
+func (c *cli) openList(fs *flag.FlagSet, args []string, limit *int) (o *admin.Outbox, done func(), code int, ok bool) {
+	if code, ok := c.parseNone(fs, args); !ok {
+		return nil, nil, code, false
+	}
+	if *limit <= 0 {
+		return nil, nil, c.usageError(errors.New("--limit must be positive")), false
+	}
+	o, done, err := c.open(admin.Config{})
+	if err != nil {
+		return nil, nil, c.fail(err), false
+	}
+	return o, done, exitOK, true
+}
+
 // parseNone parses a command that takes flags and no positional argument.
 // ok is false when the command is over (help was asked for, or the command
 // line is bad), with code the exit code to return.

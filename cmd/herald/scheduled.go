@@ -43,15 +43,9 @@ there are, when the next is due and how long the earliest due one has waited.`)
 	overdue := fs.Bool("overdue", false, "only the events already due and not published yet")
 	limit := fs.Int("limit", 100, "list at most this many")
 	asJSON := fs.Bool("json", false, "print JSON (without payloads)")
-	if code, ok := c.parseNone(fs, args); !ok {
+	o, done, code, ok := c.openList(fs, args, limit)
+	if !ok {
 		return code
-	}
-	if *limit <= 0 {
-		return c.usageError(errors.New("--limit must be positive"))
-	}
-	o, done, err := c.open(admin.Config{})
-	if err != nil {
-		return c.fail(err)
 	}
 	defer done()
 	evs, err := o.Scheduled(c.ctx, admin.ScheduledFilter{Overdue: *overdue}, *limit)
