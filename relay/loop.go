@@ -124,10 +124,13 @@ func (r *Relay) cycle(ctx context.Context, worker, of int) (int, error) {
 }
 
 // untilDue is how long the loop may wait for a wake-up: the poll interval,
-// or less when a pending event (a scheduled one, a retry) comes due sooner
-// by the database's clock, so that it is published when due, not at the next
-// poll. The database is asked at each wait, so moves and cancellations by any
-// process count from the next.
+// or less when a scheduled event comes due sooner by the database's clock, so
+// that it is published when due, not at the next poll. The database is asked
+// at each wait, so moves and cancellations by any process count from the
+// next. Retries do not shorten the wait: one claimed alone at its due time
+// would have no later publish in its batch to confirm its failure (a strike),
+// so a poisoned event would never die while traffic is light; claimed at the
+// next poll or wake-up it goes with whatever else is due.
 func (r *Relay) untilDue(ctx context.Context) time.Duration {
 	d, ok, err := r.st.NextDue(ctx, r.db)
 	if err != nil || !ok || d >= r.cfg.PollInterval {

@@ -126,8 +126,9 @@ type Relay interface {
 	// Stats counts pending, failing and dead events and the oldest pending age.
 	Stats(ctx context.Context, x Execer) (Stats, error)
 	// NextDue returns how long, by the database's clock, until the earliest
-	// pending event that is not due yet comes due (a scheduled event, a
-	// retry, a lease that ends), and false when none waits.
+	// pending scheduled event that is not due yet comes due, and false when
+	// none waits. Retries and claims' leases are not counted: the relay
+	// finds them at its next poll or wake-up.
 	NextDue(ctx context.Context, x Execer) (time.Duration, bool, error)
 	// Cleanup deletes up to limit events processed before olderThan ago,
 	// unless another instance is cleaning.

@@ -183,14 +183,20 @@ func testScheduleCounts(t tb.TB, e *env) {
 	}
 }
 
-// NextDue is the wait until the earliest pending event not due yet; Stats
-// counts the scheduled events, the next one's wait and the earliest overdue
-// one's age.
+// NextDue is the wait until the earliest pending scheduled event not due
+// yet, a retry not counted (one the relay woke for would be claimed alone,
+// and its failure never confirmed); Stats counts the scheduled events, the
+// next one's wait and the earliest overdue one's age.
 func testScheduleNextDueStats(t tb.TB, e *env) {
 	if _, ok, err := e.rel.NextDue(e.ctx, e.db); err != nil || ok {
 		t.Fatalf("NextDue of an empty outbox = %v, %v", ok, err)
 	}
-	e.insert("t", "x", 1)
+	retry := e.insert("t", "x", 1)[0]
+	e.exec(`UPDATE `+e.q()+` SET attempts = 1 WHERE id = ?`, retry.ID)
+	e.stamp(retry.ID, "available_at", -10*time.Minute)
+	if d, ok, err := e.rel.NextDue(e.ctx, e.db); err != nil || ok {
+		t.Fatalf("NextDue with only a retry pending = %v, %v, %v; want none", d, ok, err)
+	}
 	a := e.scheduled("a", store.Schedule{After: 2 * time.Hour})
 	e.scheduled("b", store.Schedule{After: time.Hour})
 	e.stamp(a.ID, "created_at", 3*time.Hour) // saved long ago, still not due

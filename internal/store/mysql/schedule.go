@@ -266,10 +266,9 @@ func (o *outbox) rescheduleError(err error) error {
 	return fmt.Errorf("reschedule: %w", err)
 }
 
-// NextDue is how long until the earliest pending event not due yet comes
-// due: the first entry past the due ones in the queue index (dead_at DESC,
-// processed_at DESC, available_at, seq; 0001's pending index before
-// 0006_queue_index), one probe.
+// NextDue is how long until the earliest pending scheduled event not due
+// yet comes due: the first entry past the due ones in the scheduled index
+// (dead_at, processed_at, due_at), one probe.
 func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
 	var us sql.NullInt64
 	if err := sqlkit.QueryRow(ctx, x, r.q.nextDue, nil, &us); err != nil || !us.Valid {
@@ -281,9 +280,9 @@ func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, boo
 // nextDueSQL is NextDue's statement: NULL when no event waits. The first
 // entry in order, not MIN(available_at), which reads every entry of the range
 // (the optimizer does not take the minimum from the index here).
-const nextDueSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, {now}, (SELECT available_at FROM {t}
-  WHERE dead_at IS NULL AND processed_at IS NULL AND available_at > {now}
-  ORDER BY available_at LIMIT 1))`
+const nextDueSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, {now}, (SELECT due_at FROM {t}
+  WHERE dead_at IS NULL AND processed_at IS NULL AND due_at > {now}
+  ORDER BY due_at LIMIT 1))`
 
 // scheduledStatsSQL are Stats' figures of the scheduled events through the
 // scheduled index (dead_at, processed_at, due_at; its pending entries are a

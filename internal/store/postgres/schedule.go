@@ -132,8 +132,8 @@ func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.Resched
 	return res, err
 }
 
-// NextDue is how long until the earliest pending event not due yet is due,
-// through the pending index (available_at, id).
+// NextDue is how long until the earliest pending scheduled event not due
+// yet is due, through the scheduled index.
 func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
 	var secs sql.NullFloat64
 	err := sqlkit.QueryRow(ctx, x, r.q.nextDue, nil, &secs)
@@ -152,5 +152,5 @@ const scheduledStatsSQL = `SELECT count(*),
 FROM {t} WHERE due_at IS NOT NULL AND {pending}`
 
 // nextDueSQL is NextDue's statement.
-const nextDueSQL = `SELECT extract(epoch FROM min(available_at) - now())::float8 FROM {t}
-WHERE {pending} AND available_at > now()`
+const nextDueSQL = `SELECT extract(epoch FROM min(due_at) - now())::float8 FROM {t}
+WHERE due_at IS NOT NULL AND {pending} AND due_at > now()`

@@ -134,9 +134,9 @@ WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= 
   (SELECT min(due_at) - {now} FROM {t} WHERE due_at > {now} AND {pending}),
   (SELECT {now} - min(due_at) FROM {t} WHERE due_at IS NOT NULL AND due_at <= {now} AND {pending})
 FROM {t} WHERE {pending}`)
-	// The earliest pending row not due yet (a scheduled event, a retry, a
-	// lease), through the pending index (available_at, seq).
-	q.nextDue = rep.Replace(`SELECT min(available_at) - {now} FROM {t} WHERE {pending} AND available_at > {now}`)
+	// The earliest pending scheduled event not due yet, through the
+	// scheduled index (due_at, of the pending scheduled events).
+	q.nextDue = rep.Replace(`SELECT min(due_at) - {now} FROM {t} WHERE due_at IS NOT NULL AND {pending} AND due_at > {now}`)
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}
 WHERE id = ? AND dead_at IS NOT NULL`)
 	q.requeueAll = rep.Replace(`UPDATE {t} SET {set}

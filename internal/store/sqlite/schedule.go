@@ -159,8 +159,8 @@ func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.Resched
 	return res, err
 }
 
-// NextDue is how long until the earliest pending event not due yet is due,
-// through the pending index (available_at, seq).
+// NextDue is how long until the earliest pending scheduled event not due
+// yet is due, through the scheduled index.
 func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
 	var us sql.NullInt64
 	err := sqlkit.QueryRow(ctx, x, r.q.nextDue, nil, &us)
