@@ -89,7 +89,8 @@
 // also every dead event the operator sees before a requeue), and the outbox drained
 // within 30s of the last write; it prints a table and exits 1 on any
 // violation. A poisoned event dies of confirmed failures, which only later
-// publishes confirm: after the faults, light traffic (20 saves/s) goes on
+// publishes confirm: after the faults, light traffic (20 saves/s, and 3 new
+// accounts of 2 events every 100ms) goes on
 // until every poisoned event is dead, for at most 30s.
 //
 //	go run ./examples/internal/chaos                      # the full run: 90s of faults

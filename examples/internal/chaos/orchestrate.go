@@ -589,7 +589,12 @@ func orchestrate(args []string) (bool, error) {
 	// relay's doc: such a failure is retried every MaxBackoff, for ever),
 	// and a poisoned event the operator requeued late, behind pauses and
 	// one-connection pools, may not have died yet. Light traffic goes on
-	// until every poisoned event is dead (or purged), for at most 30s.
+	// until every poisoned event is dead (or purged), for at most 30s: a
+	// writer's saves, and every 100ms three new accounts with two events
+	// each. Those give an ordered batch a second layer, a publish call after
+	// its first layer's, which confirms a failure there (one event per
+	// aggregate, as the saves mostly give, is one call to a batch
+	// publisher, which confirms nothing: the poisoned took 12-21 s to die).
 	confirming := time.Duration(0)
 	if _, poisoned := led.counts(); poisoned > 0 {
 		tctx, stop := context.WithCancel(ctx)
@@ -597,6 +602,14 @@ func orchestrate(args []string) (bool, error) {
 		light := o
 		light.writeRate, light.writers, light.savepoints = 20, 1, false
 		tw.Go(func() { writer(tctx, db, 0, accs, led, &faults{}, saves, spst, light) })
+		tw.Go(func() {
+			lf := &faults{db: db, led: led, burstAccounts: 3, burstEvents: 2}
+			for sleepCtx(tctx, 100*time.Millisecond) {
+				if _, err := lf.burst(); err != nil && tctx.Err() == nil {
+					fmt.Fprintln(os.Stderr, "chaos: light traffic:", err)
+				}
+			}
+		})
 		for time.Since(faultsStopped) < 30*time.Second && !poisonSettled(ctx, q, led, h.purged.Load()) {
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -751,7 +764,7 @@ func orchestrate(args []string) (bool, error) {
 	}
 	h.rows(row, saves)
 	if confirming > 0 {
-		row("light traffic after the faults, until the poisoned died (20 saves/s; at most 30s)", fmt.Sprintf("%.1fs", confirming.Seconds()))
+		row("light traffic after the faults, until the poisoned died (20 saves/s, 3 new accounts of 2 events every 100ms; at most 30s)", fmt.Sprintf("%.1fs", confirming.Seconds()))
 	}
 	row("drain time after the last write", fmt.Sprintf("%.1fs (limit 30s, drained: %v)", drainTime.Seconds(), drained))
 	if ok {
