@@ -365,7 +365,6 @@ func explainClaims(bdb benchDB, n, sched int, ahead time.Duration) error {
 		return err
 	}
 	fmt.Printf("### Claim plans on %s with %d events scheduled %s ahead (written in %.1f s) below %d due events\n\n", bdb.name, sched, ahead, took.Seconds(), n)
-	sqlDB, _ := db.DB()
 	for _, ordered := range []bool{false, true} {
 		cdb, err := openCapture(bdb, dsn)
 		if err != nil {
@@ -388,6 +387,14 @@ func explainClaims(bdb benchDB, n, sched int, ahead time.Duration) error {
 		if ordered {
 			mode = "ordered"
 		}
+		// The plans from a connection opened now: SQLite's EXPLAIN QUERY
+		// PLAN reads the connection's cached schema, which the load's
+		// connection took before the relay made its indexes.
+		edb, err := bdb.open(dsn)
+		if err != nil {
+			return err
+		}
+		sqlDB, _ := edb.DB()
 		if bdb.name == "postgres" {
 			seqScans(sqlDB, mode, log)
 		}
@@ -407,6 +414,7 @@ func explainClaims(bdb benchDB, n, sched int, ahead time.Duration) error {
 				fmt.Printf("%s %v:\n\n```\n%s\n```\n\n", which.name, shortArgs(which.args), plan)
 			}
 		}
+		closeGorm(edb)
 	}
 	return nil
 }
