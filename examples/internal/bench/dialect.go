@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -39,6 +40,9 @@ type benchDB struct {
 	// claimDelete is the burn-down's physical reference: claim up to 1000 due
 	// events, read them, delete them, in one transaction; it returns how many.
 	claimDelete func(db *sql.DB) (int, error)
+	// claimDeleteRC is the same at READ COMMITTED, the relay's isolation on
+	// MySQL (nil where the reference's isolation already is the relay's).
+	claimDeleteRC func(db *sql.DB) (int, error)
 	// forwarder returns watermill-sql's schema and offsets adapters (default
 	// or fastest) and the database/sql driver name, or nil without one.
 	forwarder func(fastest bool) (wmsql.SchemaAdapter, wmsql.OffsetsAdapter, string)
@@ -150,51 +154,55 @@ var mysqlBench = benchDB{
 	rawOutboxArgs: func(id string, payload []byte) []any {
 		return []any{events.NewID().String(), "order.placed", "Order", id, "order.placed", string(payload), time.Now().UTC()}
 	},
-	// MySQL has no RETURNING: the claim reads what it locks, then deletes it
-	// by its primary key.
-	claimDelete: func(db *sql.DB) (int, error) {
-		tx, err := db.Begin()
-		if err != nil {
-			return 0, err
-		}
-		defer tx.Rollback()
-		rows, err := tx.Query(`SELECT seq, id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts
-	FROM outbox_messages WHERE dead_at IS NULL AND processed_at IS NULL AND available_at <= UTC_TIMESTAMP(6)
-	ORDER BY available_at, seq LIMIT 1000 FOR UPDATE SKIP LOCKED`)
-		if err != nil {
-			return 0, err
-		}
-		var seqs []any
-		for rows.Next() {
-			var (
-				id, typ, aggType, aggID, topic string
-				seq                            int64
-				version, attempts              int
-				payload, md, occurred          []byte
-			)
-			if err := rows.Scan(&seq, &id, &typ, &version, &aggType, &aggID, &topic, &payload, &md, &occurred, &attempts); err != nil {
-				_ = rows.Close()
-				return 0, err
-			}
-			seqs = append(seqs, seq)
-		}
-		if err := rows.Close(); err != nil {
-			return 0, err
-		}
-		if len(seqs) == 0 {
-			return 0, tx.Commit()
-		}
-		if _, err := tx.Exec(`DELETE FROM outbox_messages WHERE seq IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")+`)`, seqs...); err != nil {
-			return 0, err
-		}
-		return len(seqs), tx.Commit()
-	},
+	claimDelete:   func(db *sql.DB) (int, error) { return mysqlClaimDelete(db, sql.LevelDefault) },
+	claimDeleteRC: func(db *sql.DB) (int, error) { return mysqlClaimDelete(db, sql.LevelReadCommitted) },
 	forwarder: func(fastest bool) (wmsql.SchemaAdapter, wmsql.OffsetsAdapter, string) {
 		if fastest {
 			return wmsql.MySQLQueueSchema{SubscribeBatchSize: 1000}, wmsql.MySQLQueueOffsetsAdapter{DeleteOnAck: true}, "mysql"
 		}
 		return wmsql.DefaultMySQLSchema{}, wmsql.DefaultMySQLOffsetsAdapter{}, "mysql"
 	},
+}
+
+// mysqlClaimDelete is MySQL's reference at isolation iso (LevelDefault: the
+// server's, REPEATABLE READ). MySQL has no RETURNING: the claim reads what it
+// locks, then deletes it by its primary key.
+func mysqlClaimDelete(db *sql.DB, iso sql.IsolationLevel) (int, error) {
+	tx, err := db.BeginTx(context.Background(), &sql.TxOptions{Isolation: iso})
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	rows, err := tx.Query(`SELECT seq, id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts
+	FROM outbox_messages WHERE dead_at IS NULL AND processed_at IS NULL AND available_at <= UTC_TIMESTAMP(6)
+	ORDER BY available_at, seq LIMIT 1000 FOR UPDATE SKIP LOCKED`)
+	if err != nil {
+		return 0, err
+	}
+	var seqs []any
+	for rows.Next() {
+		var (
+			id, typ, aggType, aggID, topic string
+			seq                            int64
+			version, attempts              int
+			payload, md, occurred          []byte
+		)
+		if err := rows.Scan(&seq, &id, &typ, &version, &aggType, &aggID, &topic, &payload, &md, &occurred, &attempts); err != nil {
+			_ = rows.Close()
+			return 0, err
+		}
+		seqs = append(seqs, seq)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	if len(seqs) == 0 {
+		return 0, tx.Commit()
+	}
+	if _, err := tx.Exec(`DELETE FROM outbox_messages WHERE seq IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")+`)`, seqs...); err != nil {
+		return 0, err
+	}
+	return len(seqs), tx.Commit()
 }
 
 // scanClaimed reads the rows a claim returned (what a relay must read) and

@@ -223,6 +223,26 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 		{"Herald relay, unordered", true, herald(false)},
 		{"Herald relay, ordered (1 relay)", true, herald(true)},
 	}
+	if bdb.claimDeleteRC != nil {
+		// The reference at the relay's isolation (MySQL: READ COMMITTED,
+		// so that no gap lock holds back the application's inserts).
+		scenarios = append(scenarios, burnScenario{refRC, true, func(db *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
+			sqlDB, _ := db.DB()
+			start := time.Now()
+			for deleted := 0; deleted < *n; {
+				k, err := bdb.claimDeleteRC(sqlDB)
+				if err != nil {
+					return err
+				}
+				if k == 0 {
+					return errors.New("the reference found nothing to claim")
+				}
+				deleted += k
+			}
+			referenceTook = time.Since(start)
+			return nil
+		}})
+	}
 	scenarios = append(scenarios, burnScenario{brokerRef, false,
 		func(_ *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
 			took, err := brokerReference(benchPublisher, benchTopic, *n)
@@ -417,6 +437,10 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 		}
 		ref, un, ord := results[scenarios[0].name], results[scenarios[1].name], results[scenarios[2].name]
 		fast := results[fastestForwarder]
+		if rc := results[refRC]; rc > 0 && un > 0 {
+			fmt.Printf("\nunordered: %.0f%% of the SQL reference at READ COMMITTED, the relay's isolation (%.1f µs of CPU per event, against %.1f)\n",
+				100*un/rc, us(cpus[refRC].total()), us(cpus[scenarios[1].name].total()))
+		}
 		if broker := results[brokerRef]; broker > 0 && un > 0 {
 			fmt.Printf("\nunordered: %.0f%% of the broker reference", 100*un/broker)
 			if ref > 0 {
@@ -458,6 +482,7 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // The scenarios the summary compares with, by name.
 const (
 	brokerRef        = "Broker reference (plain client, pipelined acks, no database)"
+	refRC            = "SQL reference at READ COMMITTED (the relay's isolation)"
 	fastestForwarder = "Watermill forwarder, fastest (queue schema, DeleteOnAck, batch 1000)"
 )
 
