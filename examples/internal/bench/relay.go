@@ -204,44 +204,14 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	scenarios := []burnScenario{
-		{"SQL reference (claim+delete+read, no publish)", true, func(db *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
-			sqlDB, _ := db.DB()
-			start := time.Now()
-			for deleted := 0; deleted < *n; {
-				k, err := bdb.claimDelete(sqlDB)
-				if err != nil {
-					return err
-				}
-				if k == 0 {
-					return errors.New("the reference found nothing to claim")
-				}
-				deleted += k
-			}
-			referenceTook = time.Since(start)
-			return nil
-		}},
+		{"SQL reference (claim+delete+read, no publish)", true, reference(bdb.claimDelete, *n)},
 		{"Herald relay, unordered", true, herald(false)},
 		{"Herald relay, ordered (1 relay)", true, herald(true)},
 	}
 	if bdb.claimDeleteRC != nil {
 		// The reference at the relay's isolation (MySQL: READ COMMITTED,
 		// so that no gap lock holds back the application's inserts).
-		scenarios = append(scenarios, burnScenario{refRC, true, func(db *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
-			sqlDB, _ := db.DB()
-			start := time.Now()
-			for deleted := 0; deleted < *n; {
-				k, err := bdb.claimDeleteRC(sqlDB)
-				if err != nil {
-					return err
-				}
-				if k == 0 {
-					return errors.New("the reference found nothing to claim")
-				}
-				deleted += k
-			}
-			referenceTook = time.Since(start)
-			return nil
-		}})
+		scenarios = append(scenarios, burnScenario{refRC, true, reference(bdb.claimDeleteRC, *n)})
 	}
 	scenarios = append(scenarios, burnScenario{brokerRef, false,
 		func(_ *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
@@ -352,6 +322,27 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 
 // burnScenario is one burn-down scenario: outboxed ones find the events
 // already in the outbox, loaded through db.
+// reference is the SQL reference's scenario: claim runs until n events are
+// deleted; referenceTook is the time that took.
+func reference(claim func(*sql.DB) (int, error), n int) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
+	return func(db *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
+		sqlDB, _ := db.DB()
+		start := time.Now()
+		for deleted := 0; deleted < n; {
+			k, err := claim(sqlDB)
+			if err != nil {
+				return err
+			}
+			if k == 0 {
+				return errors.New("the reference found nothing to claim")
+			}
+			deleted += k
+		}
+		referenceTook = time.Since(start)
+		return nil
+	}
+}
+
 // setupRelay makes the outbox and what a relay in that mode needs
 // (relay.Setup), before a load.
 func setupRelay(db *gorm.DB, ordered bool) error {
