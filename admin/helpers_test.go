@@ -87,13 +87,7 @@ func (e *env) fail(id uuid.UUID) { testkit.FailEvent(e.t, e.db, id) }
 // schedule writes events scheduled by s and returns their ids, in order.
 func (e *env) schedule(s events.Schedule, evs ...events.Event) []uuid.UUID {
 	e.t.Helper()
-	before := len(testkit.Outbox(e.t, e.db))
-	testkit.Must(e.t, outboxhook.Schedule(e.db, s, evs...))
-	var ids []uuid.UUID
-	for _, r := range testkit.Outbox(e.t, e.db)[before:] {
-		ids = append(ids, r.ID)
-	}
-	return ids
+	return testkit.ScheduleEvents(e.t, e.db, s, evs...)
 }
 
 // overdue makes the scheduled event id due since ago.

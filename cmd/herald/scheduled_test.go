@@ -11,19 +11,12 @@ import (
 	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/testkit"
-	"github.com/heraldgo/herald/outboxhook"
 )
 
 // schedule writes events scheduled by s and returns their ids, in order.
 func (e *env) schedule(s events.Schedule, evs ...events.Event) []uuid.UUID {
 	e.t.Helper()
-	before := len(testkit.Outbox(e.t, e.db))
-	testkit.Must(e.t, outboxhook.Schedule(e.db, s, evs...))
-	var ids []uuid.UUID
-	for _, r := range testkit.Outbox(e.t, e.db)[before:] {
-		ids = append(ids, r.ID)
-	}
-	return ids
+	return testkit.ScheduleEvents(e.t, e.db, s, evs...)
 }
 
 // status shows the scheduled events' figures; scheduled list lists them,

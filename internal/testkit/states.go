@@ -16,8 +16,22 @@ import (
 // registered) and returns their ids, in order.
 func AddEvents(t tb.TB, ctx context.Context, db *gorm.DB, evs ...events.Event) []uuid.UUID {
 	t.Helper()
+	return written(t, db, func() error { return outboxhook.Add(db.WithContext(ctx), evs...) })
+}
+
+// ScheduleEvents writes evs scheduled by s through outboxhook.Schedule on db
+// (the plugin registered) and returns their ids, in order.
+func ScheduleEvents(t tb.TB, db *gorm.DB, s events.Schedule, evs ...events.Event) []uuid.UUID {
+	t.Helper()
+	return written(t, db, func() error { return outboxhook.Schedule(db, s, evs...) })
+}
+
+// written runs write and returns the ids of the outbox rows it added, in
+// order.
+func written(t tb.TB, db *gorm.DB, write func() error) []uuid.UUID {
+	t.Helper()
 	before := len(Outbox(t, db))
-	Must(t, outboxhook.Add(db.WithContext(ctx), evs...))
+	Must(t, write())
 	var ids []uuid.UUID
 	for _, r := range Outbox(t, db)[before:] {
 		ids = append(ids, r.ID)
