@@ -87,8 +87,30 @@ type hold struct {
 
 // readHolds reads every process's holdings in dir.
 func readHolds(dir string) []hold {
-	files, _ := filepath.Glob(filepath.Join(dir, "locks-*"))
 	var out []hold
+	readLogLines(dir, "locks-", func(line string) {
+		parts := strings.SplitN(line, " ", 4)
+		if len(parts) < 4 {
+			return
+		}
+		b, err1 := strconv.ParseInt(parts[0], 10, 64)
+		e, err2 := strconv.ParseInt(parts[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return
+		}
+		_, p, _ := strings.Cut(parts[2], "/")
+		pid, _ := strconv.Atoi(p)
+		out = append(out, hold{began: time.Unix(0, b), ended: time.Unix(0, e), who: parts[2], what: parts[3], pid: pid})
+	})
+	slices.SortFunc(out, func(a, b hold) int { return a.began.Compare(b.began) })
+	return out
+}
+
+// readLogLines calls line with each line of the files in dir whose names
+// begin with prefix (the processes' logs); a file that cannot be opened is
+// skipped.
+func readLogLines(dir, prefix string, line func(string)) {
+	files, _ := filepath.Glob(filepath.Join(dir, prefix+"*"))
 	for _, name := range files {
 		f, err := os.Open(name)
 		if err != nil {
@@ -96,23 +118,10 @@ func readHolds(dir string) []hold {
 		}
 		sc := bufio.NewScanner(f)
 		for sc.Scan() {
-			parts := strings.SplitN(sc.Text(), " ", 4)
-			if len(parts) < 4 {
-				continue
-			}
-			b, err1 := strconv.ParseInt(parts[0], 10, 64)
-			e, err2 := strconv.ParseInt(parts[1], 10, 64)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			_, p, _ := strings.Cut(parts[2], "/")
-			pid, _ := strconv.Atoi(p)
-			out = append(out, hold{began: time.Unix(0, b), ended: time.Unix(0, e), who: parts[2], what: parts[3], pid: pid})
+			line(sc.Text())
 		}
 		_ = f.Close()
 	}
-	slices.SortFunc(out, func(a, b hold) int { return a.began.Compare(b.began) })
-	return out
 }
 
 // timedDriver wraps the SQLite driver; its connections time their

@@ -25,7 +25,6 @@ package main
 // Cancel and Move returned.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -559,27 +558,18 @@ type attempt struct {
 // readAttempts reads the relays' attempt logs.
 func readAttempts(dir string) map[string][]attempt {
 	out := map[string][]attempt{}
-	files, _ := filepath.Glob(filepath.Join(dir, attemptPrefix+"*"))
-	for _, name := range files {
-		f, err := os.Open(name)
-		if err != nil {
-			continue
+	readLogLines(dir, attemptPrefix, func(line string) {
+		fs := strings.Fields(line)
+		if len(fs) != 3 {
+			return
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			fs := strings.Fields(sc.Text())
-			if len(fs) != 3 {
-				continue
-			}
-			due, err1 := time.Parse(time.RFC3339Nano, fs[1])
-			ns, err2 := strconv.ParseInt(fs[2], 10, 64)
-			if err1 != nil || err2 != nil {
-				continue
-			}
-			out[fs[0]] = append(out[fs[0]], attempt{due: due, at: time.Unix(0, ns)})
+		due, err1 := time.Parse(time.RFC3339Nano, fs[1])
+		ns, err2 := strconv.ParseInt(fs[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return
 		}
-		_ = f.Close()
-	}
+		out[fs[0]] = append(out[fs[0]], attempt{due: due, at: time.Unix(0, ns)})
+	})
 	return out
 }
 
