@@ -51,7 +51,10 @@ type saveStats struct {
 	// frozen are the slow saves not counted: they waited on a relay frozen
 	// while it held SQLite's write lock (host.settleSaves).
 	frozen int64
-	skip   func(began, ended time.Time) bool // a save then is not Herald's to answer for
+	// quiet are the slow saves not counted on PostgreSQL and MySQL: no
+	// sample during them saw a writer wait (host.settleQuietSaves).
+	quiet int64
+	skip  func(began, ended time.Time) bool // a save then is not Herald's to answer for
 }
 
 // add records one save that began at began and took d.
@@ -398,6 +401,7 @@ func (h *host) heraldHoldsOK() bool {
 // overlap the long transaction or a burst are.
 func (h *host) settleSaves(saves *saveStats) {
 	if h.kind != sqliteDB {
+		h.settleQuietSaves(saves)
 		return
 	}
 	ss := saves.slowOnes()
@@ -424,6 +428,28 @@ func (h *host) settleSaves(saves *saveStats) {
 	saves.mu.Lock()
 	saves.slow -= frozen
 	saves.frozen = frozen
+	saves.slowSaves = kept
+	saves.mu.Unlock()
+}
+
+// settleQuietSaves, on PostgreSQL and MySQL, takes the slow saves during
+// which the sampler (waitLoop, every 100ms) saw no writer wait at all, in 5
+// samples or more, out of the slow ones: no lock held them back (a lock wait
+// shows in every sample it spans), the machine's load did. They are counted
+// apart (saveStats.quiet) and shown.
+func (h *host) settleQuietSaves(saves *saveStats) {
+	var kept [][2]time.Time
+	quiet := int64(0)
+	for _, s := range saves.slowOnes() {
+		if h.waits.quiet(s[0], s[1], 5) {
+			quiet++
+		} else {
+			kept = append(kept, s)
+		}
+	}
+	saves.mu.Lock()
+	saves.slow -= quiet
+	saves.quiet = quiet
 	saves.slowSaves = kept
 	saves.mu.Unlock()
 }
@@ -483,6 +509,12 @@ func (h *host) rows(row func(string, any), saves *saveStats) {
 		label += "; not counted if they overlap the long transaction or a burst's, which hold SQLite's one write lock"
 	}
 	row(label, fmt.Sprintf("%d of %d (%v)", slow, n, slowest.Round(time.Millisecond)))
+	if h.kind != sqliteDB && h.o.judgedSaves {
+		saves.mu.Lock()
+		quiet := saves.quiet
+		saves.mu.Unlock()
+		row("slow saves not counted: no sample during them (5 or more, every 100ms) saw a writer wait, the machine's load held them", quiet)
+	}
 	if h.kind == sqliteDB && h.o.pauseEvery > 0 {
 		saves.mu.Lock()
 		frozen := saves.frozen

@@ -106,6 +106,25 @@ func loadAverage() float64 {
 	return f
 }
 
+// quiet reports whether at least least samples fell within [from, to] and
+// none of them saw a writer wait (nor the writers' process run late, nor a
+// writer wait for a pooled connection).
+func (w *dbWaits) quiet(from, to time.Time, least int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, s := range w.s {
+		if s.at.Before(from) || s.at.After(to) {
+			continue
+		}
+		if len(s.waits) > 0 {
+			return false
+		}
+		n++
+	}
+	return n >= least
+}
+
 // during says what the samples within [from, to] saw: the lock waits by
 // count, most first, and the highest load.
 func (w *dbWaits) during(from, to time.Time) string {
