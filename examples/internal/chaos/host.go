@@ -72,6 +72,25 @@ func (s *saveStats) add(began time.Time, d, limit time.Duration) {
 	s.slowest = max(s.slowest, d)
 }
 
+// exempt removes the slow saves for which not returns true from the slow
+// ones and their count, and returns how many it removed.
+func (s *saveStats) exempt(not func(span [2]time.Time) bool) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var kept [][2]time.Time
+	n := int64(0)
+	for _, span := range s.slowSaves {
+		if not(span) {
+			n++
+		} else {
+			kept = append(kept, span)
+		}
+	}
+	s.slow -= n
+	s.slowSaves = kept
+	return n
+}
+
 // slowOnes is a copy of the slow saves' spans.
 func (s *saveStats) slowOnes() [][2]time.Time {
 	s.mu.Lock()
@@ -396,61 +415,30 @@ func (h *host) heraldHoldsOK() bool {
 	return true
 }
 
-// settleSaves, on SQLite, takes the slow saves that waited on a frozen
-// holder of the write lock (frozenHolds) out of the count, as those that
-// overlap the long transaction or a burst are.
+// settleSaves takes out of the slow saves' count those that are not
+// Herald's to answer for. On SQLite: those that waited on a frozen holder of
+// the write lock (frozenHolds), as those that overlap the long transaction or
+// a burst are. On PostgreSQL and MySQL: those during which the sampler
+// (waitLoop, every 100ms) saw no writer wait at all, in 5 samples or more: no
+// lock held them back (a lock wait shows in every sample it spans), the
+// machine's load did. Both are counted apart and shown.
 func (h *host) settleSaves(saves *saveStats) {
 	if h.kind != sqliteDB {
-		h.settleQuietSaves(saves)
+		n := saves.exempt(func(s [2]time.Time) bool { return h.waits.quiet(s[0], s[1], 5) })
+		saves.mu.Lock()
+		saves.quiet = n
+		saves.mu.Unlock()
 		return
 	}
-	ss := saves.slowOnes()
-	if len(ss) == 0 {
+	if len(saves.slowOnes()) == 0 {
 		return
 	}
 	fz := h.frozenHolds(readHolds(lockDir))
-	var kept [][2]time.Time
-	frozen := int64(0)
-	for _, s := range ss {
-		waited := false
-		for _, f := range fz {
-			if s[0].Before(f[1]) && s[1].After(f[0]) {
-				waited = true
-				break
-			}
-		}
-		if waited {
-			frozen++
-		} else {
-			kept = append(kept, s)
-		}
-	}
+	n := saves.exempt(func(s [2]time.Time) bool {
+		return slices.ContainsFunc(fz, func(f [2]time.Time) bool { return s[0].Before(f[1]) && s[1].After(f[0]) })
+	})
 	saves.mu.Lock()
-	saves.slow -= frozen
-	saves.frozen = frozen
-	saves.slowSaves = kept
-	saves.mu.Unlock()
-}
-
-// settleQuietSaves, on PostgreSQL and MySQL, takes the slow saves during
-// which the sampler (waitLoop, every 100ms) saw no writer wait at all, in 5
-// samples or more, out of the slow ones: no lock held them back (a lock wait
-// shows in every sample it spans), the machine's load did. They are counted
-// apart (saveStats.quiet) and shown.
-func (h *host) settleQuietSaves(saves *saveStats) {
-	var kept [][2]time.Time
-	quiet := int64(0)
-	for _, s := range saves.slowOnes() {
-		if h.waits.quiet(s[0], s[1], 5) {
-			quiet++
-		} else {
-			kept = append(kept, s)
-		}
-	}
-	saves.mu.Lock()
-	saves.slow -= quiet
-	saves.quiet = quiet
-	saves.slowSaves = kept
+	saves.frozen = n
 	saves.mu.Unlock()
 }
 
