@@ -63,6 +63,7 @@ func Run(t *testing.T, d testkit.Dialect, runs func(i int) bool) {
 		{"relay", relayTests},
 		{"admin", adminTests},
 		{"schedule", scheduleTests},
+		{"host", hostTests},
 	} {
 		first := i // counted here: t.Run skips the groups -run leaves out
 		i += len(group.tests)

@@ -112,10 +112,11 @@ func (o *outbox) insertScheduled(ctx context.Context, x store.Execer, evs []stor
 	return sqlkit.Affected(ctx, x, b.String(), args...)
 }
 
-// rescheduleQueries are Reschedule's statements; lock and state by how the
+// rescheduleQueries are Reschedule's statements; find and state by how the
 // events are named: [by id, by key].
 type rescheduleQueries struct {
-	lock, state               [2]string
+	find, state               [2]string
+	lock                      string
 	cancel, moveAt, moveAfter string
 }
 
@@ -129,23 +130,36 @@ func newRescheduleQueries(t ident.Table) rescheduleQueries {
 	rep := strings.NewReplacer("{t}", Quote(t), "{now}", Now, "{pending}", `o.processed_at IS NULL AND o.dead_at IS NULL`,
 		"{keyIdx}", Quote(ident.Table{Name: t.Derived("_schedule_key_idx").Name}))
 	// The events named: by the id key (a unique lookup), or by the key index
-	// (forced: a locking read that scanned the table instead, as the
-	// optimizer may choose on a small one, would wait for every row a
-	// relay's claim holds, and at REPEATABLE READ lock every row).
+	// (forced: a scan of the table, as the optimizer may choose on a small
+	// one, reads every row). The key's column is utf8mb4_bin, which is PAD
+	// SPACE: "k" = "k " there; the same byte length makes the match exact,
+	// as on the other databases.
 	target := [2]string{
 		`{t} o WHERE o.id = ? AND o.due_at IS NOT NULL`,
-		`{t} o FORCE INDEX ({keyIdx}) WHERE o.schedule_key = ? AND o.due_at IS NOT NULL`,
+		`{t} o FORCE INDEX ({keyIdx}) WHERE o.schedule_key = ? AND LENGTH(o.schedule_key) = LENGTH(?) AND o.due_at IS NOT NULL`,
 	}
 	var q rescheduleQueries
 	for i, from := range target {
-		// Those not due yet, locked: a locking read sees the newest
-		// committed version at any isolation, and waits for a row a
-		// relay's claim holds (locked FOR UPDATE until its batch ends),
-		// which it then finds published.
-		q.lock[i] = rep.Replace(`SELECT o.seq FROM ` + from + ` AND {pending} AND o.due_at > {now} FOR UPDATE`)
+		// Those not due yet, read without locks: the newest committed
+		// versions at READ COMMITTED, the transaction's snapshot at
+		// REPEATABLE READ. A locking read here would lock the gaps of the
+		// index it searches at REPEATABLE READ: by key, the gap where
+		// every unkeyed event is inserted when no key sorts before this
+		// one; by an id no event has (published and deleted), the tail of
+		// the id key, where every new UUIDv7 id goes. Every save would
+		// wait for the caller's transaction.
+		q.find[i] = rep.Replace(`SELECT o.seq FROM ` + from + ` AND {pending} AND o.due_at > {now}`)
 		// What is left of them, read without locks.
 		q.state[i] = rep.Replace(`SELECT o.seq, o.processed_at IS NOT NULL, o.dead_at IS NOT NULL FROM ` + from)
 	}
+	// The rows find returned, locked by their primary key if still not due
+	// (a locking read sees the newest committed versions at any isolation,
+	// and waits for a row a relay's claim holds, which it then finds
+	// published). By the primary key a row that exists is locked alone, no
+	// gap; at REPEATABLE READ a row of the snapshot that was deleted since
+	// is still in the index (purge keeps it for the snapshot), locked with
+	// the gap below it, where no insert goes (seqs only grow).
+	q.lock = rep.Replace(`SELECT o.seq FROM ` + bySeq + ` WHERE {pending} AND o.due_at > {now} FOR UPDATE`)
 	// The change, by primary key, of the rows lock returned. In x's
 	// transaction they are as lock found them; the condition keeps a
 	// Reschedule outside one (its locks ended with its statement) from
@@ -161,70 +175,79 @@ WHERE {pending}`)
 
 // Reschedule cancels (deletes) or moves, in x's transaction, the scheduled
 // events p names (by id, by key, or both) that are not due yet by the
-// database's clock, and counts the others. It reads those not due yet with a
-// locking read (SELECT ... FOR UPDATE, the newest committed versions, at any
-// isolation), changes them by their primary key, then reads what is left of
-// the events it named without locks (at REPEATABLE READ, in x's snapshot:
-// the state the transaction's first read saw of a row it did not change).
+// database's clock, and counts the others. It finds those not due yet
+// without locks (the newest committed versions at READ COMMITTED; at
+// REPEATABLE READ the transaction's snapshot, as a PostgreSQL REPEATABLE
+// READ transaction sees: an event committed after it is not named), locks
+// them by their primary key if they are still not due (the newest committed
+// versions), changes them by their primary key, then reads what is left of
+// the events it named without locks (at REPEATABLE READ, in x's snapshot).
 //
-// What it locks, until x's transaction ends: at READ COMMITTED the rows it
-// changes alone; at REPEATABLE READ, where a locking read keeps the lock of
-// every row it reads, also the other events it named (published and dead
-// ones too) and, by key, the gaps of the key index around them (an insert of
-// an event of that key, or of a key next to it in the index, waits), by id
-// where no event has the id, the gap of the id key where it would be. Its
-// locking read waits for a row a relay's unordered claim holds, until that
-// batch ends (the row is then published, and counted so); a relay's claim
-// skips the rows it holds, and an ordered claim's confirmation leaves them
-// out of its batch.
+// What it locks, until x's transaction ends: the rows it changes, and at
+// REPEATABLE READ the rows it found that came due or were published or
+// moved since its snapshot; never a gap of an index where other events are
+// inserted, so no save waits for x's transaction at READ COMMITTED or
+// REPEATABLE READ. At SERIALIZABLE every read locks what it reads, its
+// gaps included (the server's rule for the host's reads too): see
+// docs/limits.md. Its locking read waits for a row a relay's unordered
+// claim holds, until that batch ends (the row is then published, and
+// counted so, or due in x's snapshot); a relay's claim skips the rows it
+// holds, and an ordered claim's confirmation leaves them out of its batch.
 func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.RescheduleParams) (store.RescheduleResult, error) {
 	var res store.RescheduleResult
 	type named struct {
-		by  int
-		arg string
+		by   int
+		args []any
 	}
 	var names []named
 	if p.ID != "" {
-		names = append(names, named{byID, p.ID})
+		names = append(names, named{byID, []any{p.ID}})
 	}
 	if p.Key != "" {
-		names = append(names, named{byKey, p.Key})
+		names = append(names, named{byKey, []any{p.Key, p.Key}})
 	}
-	var seqs []int64
-	changed := map[int64]bool{}
+	var found []int64
+	seen := map[int64]bool{}
 	for _, n := range names {
-		got, err := sqlkit.Column[int64](ctx, x, o.q.resched.lock[n.by], n.arg)
+		got, err := sqlkit.Column[int64](ctx, x, o.q.resched.find[n.by], n.args...)
 		if err != nil {
 			return res, o.rescheduleError(err)
 		}
 		for _, s := range got {
-			if !changed[s] {
-				changed[s] = true
-				seqs = append(seqs, s)
+			if !seen[s] {
+				seen[s] = true
+				found = append(found, s)
 			}
 		}
 	}
-	if len(seqs) > 0 {
-		var (
-			n   int64
-			err error
-		)
-		switch at, due := dueArg(p.To); {
-		case p.Cancel:
-			n, err = bySeqs(ctx, x, o.q.resched.cancel, seqs)
-		case at:
-			n, err = bySeqs(ctx, x, o.q.resched.moveAt, seqs, due, due, due)
-		default:
-			n, err = bySeqs(ctx, x, o.q.resched.moveAfter, seqs, due, due, due)
-		}
+	changed := map[int64]bool{}
+	if len(found) > 0 {
+		seqs, err := sqlkit.Column[int64](ctx, x, o.q.resched.lock, sqlkit.JSONInts(found))
 		if err != nil {
 			return res, o.rescheduleError(err)
 		}
-		res.Changed = n
+		for _, s := range seqs {
+			changed[s] = true
+		}
+		if len(seqs) > 0 {
+			var n int64
+			switch at, due := dueArg(p.To); {
+			case p.Cancel:
+				n, err = bySeqs(ctx, x, o.q.resched.cancel, seqs)
+			case at:
+				n, err = bySeqs(ctx, x, o.q.resched.moveAt, seqs, due, due, due)
+			default:
+				n, err = bySeqs(ctx, x, o.q.resched.moveAfter, seqs, due, due, due)
+			}
+			if err != nil {
+				return res, o.rescheduleError(err)
+			}
+			res.Changed = n
+		}
 	}
-	seen := map[int64]bool{}
+	counted := map[int64]bool{}
 	for _, n := range names {
-		left, err := sqlkit.Collect(ctx, x, o.q.resched.state[n.by], []any{n.arg}, func(rows *sql.Rows) (rowState, error) {
+		left, err := sqlkit.Collect(ctx, x, o.q.resched.state[n.by], n.args, func(rows *sql.Rows) (rowState, error) {
 			var s rowState
 			return s, rows.Scan(&s.seq, &s.processed, &s.dead)
 		})
@@ -235,10 +258,10 @@ func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.Resched
 			// A row changed is gone (cancelled) or pending (moved); one
 			// of the rows locked that was published or dead-lettered
 			// before the change (outside a transaction) is counted.
-			if seen[s.seq] || (changed[s.seq] && !s.processed && !s.dead) {
+			if counted[s.seq] || (changed[s.seq] && !s.processed && !s.dead) {
 				continue
 			}
-			seen[s.seq] = true
+			counted[s.seq] = true
 			switch {
 			case s.processed:
 				res.Published++

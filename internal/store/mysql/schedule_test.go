@@ -173,9 +173,9 @@ func TestRescheduleByIDAndKey(t *testing.T) {
 	}
 }
 
-// A scheduled event a relay's unordered claim holds makes Reschedule wait
-// for the batch, after which it is published, and counted so.
-func TestRescheduleWaitsForAClaim(t *testing.T) {
+// A due scheduled event a relay's unordered claim holds is too late to
+// change: Reschedule says so at once, without waiting for the batch.
+func TestRescheduleOfAClaimedEventDoesNotWait(t *testing.T) {
 	t.Parallel()
 	e := newScheduleEnv(t)
 	ev := event("a", store.Schedule{At: time.Now().Add(-time.Second), Key: "k"})
@@ -188,34 +188,65 @@ func TestRescheduleWaitsForAClaim(t *testing.T) {
 	if len(b.Rows()) != 1 {
 		t.Fatalf("claimed %d events", len(b.Rows()))
 	}
-	type result struct {
-		res store.RescheduleResult
-		err error
+	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+	defer cancel()
+	var res store.RescheduleResult
+	err = sqlkit.InTx(ctx, e.db, mysql.Driver{}.LockingTx(), func(tx store.Execer) error {
+		var err error
+		res, err = e.out.Reschedule(ctx, tx, store.RescheduleParams{Key: "k", Cancel: true})
+		return err
+	})
+	if err != nil || res != (store.RescheduleResult{Due: 1}) {
+		t.Fatalf("Reschedule of a claimed event = %+v, %v; want one due", res, err)
 	}
-	done := make(chan result, 1)
-	go func() {
-		var r result
-		r.err = sqlkit.InTx(e.ctx, e.db, mysql.Driver{}.LockingTx(), func(tx store.Execer) error {
-			var err error
-			r.res, err = e.out.Reschedule(e.ctx, tx, store.RescheduleParams{Key: "k", Cancel: true})
-			return err
+}
+
+// A scheduled event not due yet that another transaction's Reschedule
+// holds makes Reschedule wait for that transaction, at READ COMMITTED and
+// REPEATABLE READ; once the other cancel commits, there is nothing left to
+// change.
+func TestRescheduleWaitsForAnotherReschedule(t *testing.T) {
+	t.Parallel()
+	for _, iso := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelRepeatableRead} {
+		t.Run(iso.String(), func(t *testing.T) {
+			e := newScheduleEnv(t)
+			ev := event("a", store.Schedule{After: time.Hour, Key: "k"})
+			e.insert(ev)
+			first, err := e.db.BeginTx(e.ctx, mysql.Driver{}.LockingTx())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = first.Rollback() }()
+			if res, err := e.out.Reschedule(e.ctx, first, store.RescheduleParams{ID: ev.ID, Cancel: true}); err != nil || res.Changed != 1 {
+				t.Fatalf("first cancel = %+v, %v", res, err)
+			}
+			type result struct {
+				res store.RescheduleResult
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				var r result
+				r.err = sqlkit.InTx(e.ctx, e.db, &sql.TxOptions{Isolation: iso}, func(tx store.Execer) error {
+					var err error
+					r.res, err = e.out.Reschedule(e.ctx, tx, store.RescheduleParams{Key: "k", Cancel: true})
+					return err
+				})
+				done <- r
+			}()
+			select {
+			case r := <-done:
+				t.Fatalf("Reschedule did not wait for the other one: %+v, %v", r.res, r.err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := first.Commit(); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || r.res.Changed != 0 {
+				t.Fatalf("Reschedule after the other cancel = %+v, %v; want nothing changed", r.res, r.err)
+			}
 		})
-		done <- r
-	}()
-	select {
-	case r := <-done:
-		t.Fatalf("Reschedule did not wait for the claim: %+v, %v", r.res, r.err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	if err := b.MarkPublished(e.ctx, []string{ev.ID}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Commit(e.ctx); err != nil {
-		t.Fatal(err)
-	}
-	r := <-done
-	if r.err != nil || r.res != (store.RescheduleResult{Published: 1}) {
-		t.Fatalf("Reschedule after the batch = %+v, %v; want one published", r.res, r.err)
 	}
 }
 
