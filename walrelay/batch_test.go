@@ -522,14 +522,29 @@ func TestPublishMetrics(t *testing.T) {
 			waitFor(t, "the events", func() bool {
 				return len(c.deliveries()) == 5 && count(t, db, `SELECT count(*) FROM outbox_messages`) == 1
 			})
-			pub, _, slot := m.get("herald.wal.published")
-			failed, _, _ := m.get("herald.wal.failed")
-			parked, _, _ := m.get("herald.wal.parked")
-			_, calls, _ := m.get("herald.wal.publish.duration")
-			recorded, _, _ := rec.recorded()
-			if pub != 5 || failed != 1 || parked != 1 || calls != len(recorded) || slot != rs.slot {
+			// The counters are added after what the test waited for (the
+			// parked row is written before herald.wal.parked counts it, a
+			// call timed after it returned): wait for them too.
+			var (
+				pub, failed, parked int64
+				calls, timed        int
+				slot                string
+			)
+			counted := func() bool {
+				pub, _, slot = m.get("herald.wal.published")
+				failed, _, _ = m.get("herald.wal.failed")
+				parked, _, _ = m.get("herald.wal.parked")
+				_, calls, _ = m.get("herald.wal.publish.duration")
+				recorded, _, _ := rec.recorded()
+				timed = len(recorded)
+				return pub == 5 && failed == 1 && parked == 1 && calls == timed && slot == rs.slot
+			}
+			for deadline := time.Now().Add(10 * time.Second); !counted() && time.Now().Before(deadline); {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if !counted() {
 				t.Fatalf("published %d, failed %d, parked %d, %d calls timed of %d, slot %q; want 5, 1, 1, all, %q",
-					pub, failed, parked, calls, len(recorded), slot, rs.slot)
+					pub, failed, parked, calls, timed, slot, rs.slot)
 			}
 			if !r.SucceededSince(began) || r.SucceededSince(time.Now()) {
 				t.Fatal("SucceededSince does not follow the publishes")

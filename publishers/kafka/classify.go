@@ -25,6 +25,10 @@ func classify(topic string, err error, alone bool) (out error, again bool) {
 	switch {
 	case err == nil:
 		return nil, false
+	case errors.Is(err, ErrClientLimit):
+		// Refused by the publisher's own client, before sending: the
+		// caller's setting, which an operator raises (see Publisher.alone).
+		return fmt.Errorf("kafka: produce to %s: %w", topic, err), false
 	case errors.Is(err, ErrReservedMetadata):
 		// Never sent: no retry changes the message.
 		return fmt.Errorf("%w: %w", publish.ErrRejected, err), false
@@ -44,9 +48,10 @@ func classify(topic string, err error, alone bool) (out error, again bool) {
 
 // refusesContent reports whether err is a broker's refusal of a partition's
 // record batch for its content: too large (MESSAGE_TOO_LARGE, also franz-go's
-// own for a record larger than kgo.ProducerBatchMaxBytes;
-// RECORD_LIST_TOO_LARGE), invalid, corrupt, a timestamp out of range, a
-// policy. Kafka answers it per batch, never naming the record.
+// own for a record larger than the client's limits, which then is produced
+// again alone, where Publisher.alone tells a limit of the client from the
+// brokers' answer; RECORD_LIST_TOO_LARGE), invalid, corrupt, a timestamp out
+// of range, a policy. Kafka answers it per batch, never naming the record.
 func refusesContent(err error) bool {
 	for _, e := range []error{kerr.MessageTooLarge, kerr.RecordListTooLarge, kerr.InvalidRecord, kerr.CorruptMessage,
 		kerr.InvalidTimestamp, kerr.PolicyViolation} {
@@ -90,10 +95,48 @@ func (p *Publisher) alone(ctx context.Context, rec *kgo.Record) error {
 	})
 	select {
 	case err := <-done:
+		if errors.Is(err, kerr.MessageTooLarge) {
+			if over := overClientLimit(cl, again); over != "" {
+				err = fmt.Errorf("%w: %s: raise it in Config.Options (the topic's max.message.bytes then decides): %w", ErrClientLimit, over, err)
+				p.log.Warn("kafka: a record is larger than a limit of the publisher's client: retried as an outage until the setting is raised",
+					"topic", rec.Topic, "limit", over, "err", err)
+			}
+		}
 		return err
 	case <-ctx.Done():
 		return ctx.Err() // a record on its way keeps its lane until answered
 	}
+}
+
+// soloSlack bounds what a record batch of one record takes beyond its key,
+// value and header bytes, whatever the produce request's version: the batch
+// header (61 bytes), the record's length, attributes, deltas and lengths
+// (varints), and the request's overhead around one partition.
+const soloSlack = 512
+
+// overClientLimit says which limit of cl, the solo client, may have refused
+// rec (alone in its batch) with MESSAGE_TOO_LARGE before sending it: the
+// setting and its value, or "" when rec fits every one of them with room to
+// spare, so that the answer was the brokers'. A record within soloSlack
+// bytes of a limit counts as over it: an outage, never a wrong strike.
+func overClientLimit(cl *kgo.Client, rec *kgo.Record) string {
+	size := int64(len(rec.Key) + len(rec.Value)) // as franz-go counts it
+	for _, h := range rec.Headers {
+		size += int64(len(h.Key) + len(h.Value))
+	}
+	if limit, _ := cl.OptValue(kgo.MaxBufferedBytes).(int64); limit > 0 && size > limit {
+		return fmt.Sprintf("record of %d bytes (key, value, headers) over kgo.MaxBufferedBytes (%d)", size, limit)
+	}
+	wire := size + 10*int64(len(rec.Headers)) + soloSlack + int64(len(rec.Topic)) // each header's two lengths: varints
+	if fn, _ := cl.OptValue(kgo.ProducerBatchMaxBytesFn).(func(string) int32); fn != nil {
+		if limit := int64(fn(rec.Topic)); wire > limit {
+			return fmt.Sprintf("record of %d bytes (key, value, headers) over kgo.ProducerBatchMaxBytes (%d)", size, limit)
+		}
+	}
+	if limit, _ := cl.OptValue(kgo.BrokerMaxWriteBytes).(int32); limit > 0 && wire > int64(limit) {
+		return fmt.Sprintf("record of %d bytes (key, value, headers) over kgo.BrokerMaxWriteBytes (%d)", size, limit)
+	}
+	return ""
 }
 
 // lane returns the solo client, made with opts on first use, and the lane of

@@ -58,8 +58,11 @@
 //
 //	Condition                      Brokers' answer                                   Herald
 //	too large alone                MESSAGE_TOO_LARGE to a batch of that record       refused (ErrRejected)
-//	                               alone; franz-go's MESSAGE_TOO_LARGE for a record
-//	                               larger than kgo.ProducerBatchMaxBytes
+//	                               alone (over the topic's max.message.bytes)
+//	over a limit of the client     (never sent) franz-go's MESSAGE_TOO_LARGE for a   outage (ErrClientLimit, naming
+//	                               record alone over kgo.ProducerBatchMaxBytes,      the setting)
+//	                               kgo.MaxBufferedBytes, kgo.BrokerMaxWriteBytes
+//	                               set in Config.Options
 //	too large as a batch           MESSAGE_TOO_LARGE or RECORD_LIST_TOO_LARGE to     each record produced again in a
 //	                               a batch of several records                        batch of its own, in the same
 //	                                                                                 call; its result is that answer
@@ -75,6 +78,21 @@
 //	timeout                        REQUEST_TIMED_OUT, the call's context ended       outage
 //	connection lost                franz-go's dial or read error, the context ended  outage
 //	anything else                  any other error                                   outage
+//
+// The client's limits are the caller's configuration: a record over one is
+// refused before it reaches a broker, for every record of its size alike,
+// and raising the setting publishes them all, so it is an outage (logged at
+// warning level with the setting to raise), never the record's strike. By
+// default they leave every event the write path accepts to the brokers: the
+// client packs records in batches up to DefaultBatchMaxBytes (Kafka's
+// default max.message.bytes), and a record larger than that is produced
+// alone, up to DefaultRecordMaxBytes (the write path's largest payload
+// setting with its metadata). Whether it is too large is then the topic's
+// max.message.bytes to say: over it, the brokers refuse it, and that is the
+// record's own. With Kafka's default (1,048,588 bytes), a payload at the
+// write path's default limit (outboxhook.DefaultMaxPayloadBytes, 1 MiB) is
+// refused once its key and headers are added: raise the topic's
+// max.message.bytes, or lower outboxhook.Config.MaxPayloadBytes.
 //
 // A topic missing, or not writable by this client, refuses every record
 // alike, and an operator's fix publishes them all: killing its events would

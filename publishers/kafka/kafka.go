@@ -30,6 +30,32 @@ var (
 	// ErrUnsafeOption is an option in Config.Options that turns off the
 	// idempotent producer or acks=all.
 	ErrUnsafeOption = errors.New("kafka: option unsafe for an outbox")
+	// ErrClientLimit is a record larger than a limit of the publisher's own
+	// franz-go client (kgo.ProducerBatchMaxBytes, kgo.MaxBufferedBytes,
+	// kgo.BrokerMaxWriteBytes in Config.Options), which refused it before
+	// sending it: the caller's configuration, not the record's fault, so
+	// it is an outage (retried, no strike) until the setting, which the
+	// error names, is raised.
+	ErrClientLimit = errors.New("kafka: record over a limit of the publisher's client")
+)
+
+// Limits on what the publisher's clients send, so that every event the write
+// path accepts reaches the brokers, which decide (the topic's
+// max.message.bytes) whether a record is too large.
+const (
+	// DefaultBatchMaxBytes is the kgo.ProducerBatchMaxBytes the publisher's
+	// client packs records in batches up to: 1,048,588 bytes, Kafka's
+	// default max.message.bytes (franz-go's own default, 1,000,012, is
+	// Kafka's old one, below outboxhook.DefaultMaxPayloadBytes). A
+	// kgo.ProducerBatchMaxBytes in Config.Options replaces it.
+	DefaultBatchMaxBytes = 1_048_588
+	// DefaultRecordMaxBytes is the kgo.ProducerBatchMaxBytes of the client
+	// that produces records one per batch (a record larger than the batch
+	// limit, or refused with its batch: see "Whose fault a failure is"):
+	// 9 MiB, room for the largest payload the write path can be set to
+	// accept (outboxhook.MaxPayloadLimit, 8 MiB) with its metadata as
+	// headers. A kgo.ProducerBatchMaxBytes in Config.Options replaces it.
+	DefaultRecordMaxBytes = 9 << 20
 )
 
 // Config configures a Publisher.
@@ -39,9 +65,15 @@ type Config struct {
 	// Options are extra franz-go client options (TLS, SASL, compression,
 	// linger, retries, a partitioner, ...), applied after the publisher's
 	// own: kgo.RequiredAcks(kgo.AllISRAcks()) with the idempotent producer
-	// (franz-go's defaults, set explicitly), and kgo.ProducerLinger(0) (a
+	// (franz-go's defaults, set explicitly), kgo.ProducerLinger(0) (a
 	// PublishBatch call hands over all its records at once: lingering would
-	// only delay them). New refuses, with ErrUnsafeOption, an option that
+	// only delay them), and kgo.ProducerBatchMaxBytes(DefaultBatchMaxBytes)
+	// (DefaultRecordMaxBytes for records sent alone). A
+	// kgo.ProducerBatchMaxBytes, kgo.MaxBufferedBytes or
+	// kgo.BrokerMaxWriteBytes set here below a record fails it with
+	// ErrClientLimit, an outage: set them no lower than the write path's
+	// outboxhook.Config.MaxPayloadBytes plus its metadata. New refuses, with
+	// ErrUnsafeOption, an option that
 	// turns off idempotence or acks=all (kgo.DisableIdempotentWrite,
 	// kgo.RequiredAcks with other acks), kgo.DefaultProduceTopicAlways and
 	// kgo.TransactionalID. A partitioner that ignores record keys
@@ -79,8 +111,9 @@ func (c Config) Validate() error {
 // concurrent use.
 type Publisher struct {
 	client *kgo.Client
-	opts   []kgo.Opt  // client's options, for solo's
+	opts   []kgo.Opt  // solo's client's options
 	solo   soloClient // records produced again alone (see classify)
+	log    *slog.Logger
 	closed atomic.Bool
 	once   sync.Once
 }
@@ -97,14 +130,17 @@ func New(cfg Config) (*Publisher, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	opts := make([]kgo.Opt, 0, len(cfg.Options)+3)
-	opts = append(opts,
+	base := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
 		kgo.WithLogger(slogLogger{cfg.Logger}),
-	)
-	opts = append(opts, cfg.Options...)
+	}
+	with := func(batchMax int32) []kgo.Opt {
+		opts := append(append([]kgo.Opt{}, base...), kgo.ProducerBatchMaxBytes(batchMax))
+		return append(opts, cfg.Options...)
+	}
+	opts := with(DefaultBatchMaxBytes)
 	client, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: new client: %w", err)
@@ -113,7 +149,12 @@ func New(cfg Config) (*Publisher, error) {
 		client.Close()
 		return nil, err
 	}
-	return &Publisher{client: client, opts: opts}, nil
+	// The solo client's batch limit must not exceed its kgo.BrokerMaxWriteBytes.
+	soloMax := int32(DefaultRecordMaxBytes)
+	if w, ok := client.OptValue(kgo.BrokerMaxWriteBytes).(int32); ok && w > 0 && w < soloMax {
+		soloMax = w
+	}
+	return &Publisher{client: client, opts: with(soloMax), log: cfg.Logger}, nil
 }
 
 // checkSafe refuses a client without the idempotent producer or acks=all.

@@ -1,6 +1,7 @@
 package kafka_test
 
 import (
+	"crypto/rand"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -134,13 +135,14 @@ func runOrdered(t *testing.T, c *kfake.Cluster, n int, cfg relay.Config) []*kgo.
 }
 
 // Through Herald's relay in unordered mode, an event the brokers refuse (a
-// record larger than a produce batch may be: MessageTooLarge, wrapping
+// record larger than the topic's max.message.bytes: MessageTooLarge, wrapping
 // relay.ErrRejected) dies after MaxAttempts strikes while the others are
 // published.
 func TestRelayRefusedEventDies(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, relayTopic)
-	pub := newPublisher(t, c, kgo.ProducerBatchMaxBytes(16<<10))
+	c := newCluster(t)
+	createTopic(t, c, relayTopic, 4, map[string]string{"max.message.bytes": fmt.Sprint(16 << 10)})
+	pub := newPublisher(t, c)
 	db := testkit.SQLite.OpenNew(t, nil)
 	r, err := relay.New(db, pub, relay.Config{Logger: testkit.Quiet(), MaxAttempts: 3,
 		MinBackoff: 20 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, PollInterval: 50 * time.Millisecond})
@@ -148,7 +150,7 @@ func TestRelayRefusedEventDies(t *testing.T) {
 	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Notify: r.Wake})))
 	testkit.Must(t, db.AutoMigrate(&testkit.Account{}))
 	big := &testkit.Account{ID: uuid.New()}
-	big.Record(bigDeposit{AccountID: big.ID, Note: strings.Repeat("x", 64<<10)})
+	big.Record(bigDeposit{AccountID: big.ID, Note: incompressible(64 << 10)})
 	testkit.Must(t, db.Save(big).Error)
 	for range 20 {
 		a := &testkit.Account{ID: uuid.New()}
@@ -170,6 +172,15 @@ func TestRelayRefusedEventDies(t *testing.T) {
 		t.Fatalf("%d dead, want the one too large", dead)
 	}
 	consumeDistinct(t, c, relayTopic, 20, 10*time.Second)
+}
+
+// incompressible is n random base32 characters: franz-go compresses batches.
+func incompressible(n int) string {
+	var b strings.Builder
+	for b.Len() < n {
+		b.WriteString(rand.Text())
+	}
+	return b.String()[:n]
 }
 
 // bigDeposit is a deposit with a note, on the same topic.

@@ -21,6 +21,11 @@ const (
 	codeWrongLastSequence = 10071 // JSStreamWrongLastSequenceErr: Nats-Expected-Last-(Subject-)Sequence
 )
 
+// codeSubjectOverlap is JetStream's answer to a stream created with subjects
+// another stream captures (JSStreamSubjectOverlapErr): AutoProvision then
+// publishes to that stream.
+const codeSubjectOverlap = 10065
+
 // classify decides what a message's failed publish is, by the one rule of
 // the package documentation ("Whose fault a failure is"): the message's own
 // refusal (the error returned wraps publish.ErrRejected: a strike at once), or

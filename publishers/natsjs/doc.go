@@ -36,7 +36,9 @@
 //	bad header                      (never sent) ErrBadHeader                        refused
 //	expectation not met             API error 10060, 10070, 10071 (a                 refused
 //	                                Nats-Expected-* header in the metadata)
-//	invalid subject                 nats.ErrBadSubject (a topic with a space)        refused
+//	invalid subject                 (never sent, no stream made) nats.ErrBadSubject: refused
+//	                                a topic empty, with whitespace or a control
+//	                                character, an empty token or a wildcard
 //	full stream                     API error 10077 (503: maximum messages, bytes    outage (plain error)
 //	                                or messages per subject exceeded, DiscardNew)
 //	stream missing (unroutable)     jetstream.ErrNoStreamResponse (no stream         outage; re-provisioned on the next
@@ -47,6 +49,17 @@
 //	                                context ended
 //	connection lost                 no ack, the context ended, a closed connection   outage
 //	anything else                   any other error, any other API error code        outage
+//
+// The server's max_payload bounds a message's payload and headers together,
+// and is 1 MiB by default, as the write path's default payload limit
+// (outboxhook.DefaultMaxPayloadBytes): a payload the save accepted can be
+// over it once its headers are added, and is then refused at every
+// publish. Set outboxhook.Config.MaxPayloadBytes to Publisher.MaxPayloadBytes
+// (max_payload less HeaderAllowance) or less, or raise the server's
+// max_payload, so that the save refuses what the server would.
+//
+// With AutoProvision, a topic that a stream of another name already captures
+// (its subjects overlap: API error 10065) is published to that stream.
 //
 // A full stream (DiscardNew and a limit, its consumers behind) refuses every
 // message until they catch up: an outage, as a broker down is, which kills

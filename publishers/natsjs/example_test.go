@@ -69,7 +69,10 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	hook := outboxhook.New(outboxhook.Config{Notify: r.Wake, Topic: func(*events.Envelope) string { return topic }})
+	hook := outboxhook.New(outboxhook.Config{Notify: r.Wake, Topic: func(*events.Envelope) string { return topic },
+		// The server's max_payload bounds payload and headers together: the
+		// save refuses what the server would refuse at every publish.
+		MaxPayloadBytes: pub.MaxPayloadBytes()})
 	if err := db.Use(hook); err != nil {
 		log.Fatal(err)
 	}

@@ -32,6 +32,13 @@ var (
 
 var _ publish.BatchPublisher = (*Publisher)(nil)
 
+// HeaderAllowance is what MaxPayloadBytes leaves, of the server's
+// max_payload, for a message's headers: 69,632 bytes (68 KiB), room for the
+// most metadata the write path accepts (outboxhook.MaxMetadataBytes, 65,535
+// bytes as JSON, which take no more as NATS headers), Herald's own keys at
+// their longest, the message UUID and Nats-Msg-Id.
+const HeaderAllowance = 68 << 10
+
 // Publisher publishes Watermill messages to NATS JetStream, pipelined: up to
 // Config.MaxInFlight messages are on their way at once, each acknowledged
 // (stored) by JetStream on its own. It is a Watermill message.Publisher and
@@ -108,6 +115,12 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*mes
 		return errs
 	}
 	defer p.calls.Done()
+	if !validSubject(topic) {
+		// Never sent, and no stream can be made for it: every message to
+		// it fails alike, for ever.
+		fill(errs, classify(fmt.Errorf("natsjs: topic %q: %w", topic, nats.ErrBadSubject)))
+		return errs
+	}
 	if err := p.ensureStream(ctx, topic); err != nil {
 		fill(errs, classify(err))
 		return errs
@@ -131,6 +144,11 @@ func (p *Publisher) PublishBatch(ctx context.Context, topic string, msgs ...*mes
 			f, err := p.js.PublishMsgAsync(nm)
 			if err != nil {
 				p.release()
+				if errors.Is(err, nats.ErrMaxPayload) {
+					err = fmt.Errorf("payload of %d bytes with its headers over the server's max_payload (%d bytes): "+
+						"set outboxhook.Config.MaxPayloadBytes to at most %d (Publisher.MaxPayloadBytes), or raise max_payload: %w",
+						len(m.Payload), p.nc.MaxPayload(), p.MaxPayloadBytes(), err)
+				}
 				errs[i] = classify(fmt.Errorf("natsjs: publish message %s: %w", m.UUID, err))
 				continue
 			}
@@ -207,6 +225,39 @@ func NATSMessage(topic string, m *message.Message) (*nats.Msg, error) {
 	return &nats.Msg{Subject: topic, Data: m.Payload, Header: h}, nil
 }
 
+// MaxPayloadBytes is the largest payload the Publisher can publish with the
+// most metadata the write path accepts: the server's max_payload (which
+// bounds a message's payload and headers together: 1 MiB by default, as
+// outboxhook.DefaultMaxPayloadBytes) less HeaderAllowance. Set
+// outboxhook.Config.MaxPayloadBytes to it, or less, so that the write path
+// refuses at save what the server would refuse at every publish (a message
+// over max_payload wraps publish.ErrRejected: it dies after MaxAttempts). It
+// is 0 if max_payload is smaller than HeaderAllowance, and as of the
+// connection's latest server.
+func (p *Publisher) MaxPayloadBytes() int {
+	return max(int(p.nc.MaxPayload())-HeaderAllowance, 0)
+}
+
+// validSubject reports whether topic can be the subject of a published
+// message: not empty, no whitespace or control character, no empty token
+// (a leading, trailing or doubled '.'), no wildcard token ('*', '>').
+func validSubject(topic string) bool {
+	if topic == "" {
+		return false
+	}
+	for _, c := range []byte(topic) {
+		if c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	for tok := range strings.SplitSeq(topic, ".") {
+		if tok == "" || tok == "*" || tok == ">" {
+			return false
+		}
+	}
+	return true
+}
+
 // validKey reports whether k can be a NATS header key.
 func validKey(k string) bool {
 	if k == "" {
@@ -221,7 +272,8 @@ func validKey(k string) bool {
 }
 
 // ensureStream provisions topic's stream once, when AutoProvision is set:
-// it creates Config.StreamConfig(topic) if no stream of that name exists.
+// it creates Config.StreamConfig(topic) if no stream of that name exists and
+// no other stream captures its subjects.
 func (p *Publisher) ensureStream(ctx context.Context, topic string) error {
 	if !p.cfg.AutoProvision {
 		return nil
@@ -236,10 +288,19 @@ func (p *Publisher) ensureStream(ctx context.Context, topic string) error {
 		if !errors.Is(err, jetstream.ErrStreamNotFound) {
 			return fmt.Errorf("natsjs: look up stream %q: %w", sc.Name, err)
 		}
-		if _, err := p.js.CreateStream(ctx, sc); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		_, err := p.js.CreateStream(ctx, sc)
+		var api *jetstream.APIError
+		switch {
+		case err == nil:
+			p.log.Info("natsjs: stream created", "stream", sc.Name, "subjects", sc.Subjects)
+		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+		case errors.As(err, &api) && api.ErrorCode == codeSubjectOverlap:
+			// The topic (a literal subject) is one an existing stream's
+			// subjects capture: that stream stores what is published to it.
+			p.log.Info("natsjs: stream not created: another stream captures its subjects", "stream", sc.Name, "subjects", sc.Subjects)
+		default:
 			return fmt.Errorf("natsjs: create stream %q: %w", sc.Name, err)
 		}
-		p.log.Info("natsjs: stream created", "stream", sc.Name, "subjects", sc.Subjects)
 	}
 	p.streams[topic] = true
 	return nil
