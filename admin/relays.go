@@ -30,7 +30,7 @@ type Relays struct {
 	// LastSeenSeconds is how long ago a relay was last seen (its latest
 	// heartbeat, or the end of a lease that ended); nil when none ever was
 	// or its row is gone (a relay that stops in ordered mode deletes its
-	// row and gives its leases back; an unordered one's row stays a day).
+	// row and gives its leases back; any other row is pruned after a day).
 	LastSeenSeconds *float64 `json:"last_seen_seconds"`
 	// Instances are the relays the database knows, alive or not, the alive
 	// first, then the most recently seen.

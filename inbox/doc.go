@@ -19,7 +19,8 @@
 // commits, then what the handler registered with AfterCommit runs, then the
 // message is acknowledged. Two deliveries of one message at the
 // same moment serialize on the row's key: the second waits and then sees a
-// duplicate. The inbox costs one statement per message and no SELECT.
+// duplicate. The inbox costs one statement per message and no SELECT (but
+// see Keys for the few ids earlier versions stored otherwise).
 //
 // Messages the handler returns are not given back to the router, which would
 // publish them after the commit (and lose them if that failed, since the
@@ -29,9 +30,34 @@
 // registered on the *gorm.DB for either.
 //
 // The consumer defaults to the Watermill handler name; the message id is the
-// Herald event id metadata key (events.MetaID), or else the message UUID. An
-// id or consumer name over [MaxKeyBytes], or not storable as text, is kept as
-// its SHA-256 on every database, so any id deduplicates.
+// Herald event id metadata key (events.MetaID), or else the message UUID.
+//
+// # Keys
+//
+// A consumer name and a message id are stored as given when they can be, and
+// otherwise as "#sha256:" and the hex SHA-256 of their bytes, on every
+// database ([MaxKeyBytes]): over 255 bytes, not storable as text (a NUL byte,
+// invalid UTF-8), ending in a space (MySQL's and MariaDB's utf8mb4_bin
+// collation ignores trailing spaces: "a" and "a " would be one key there), or
+// beginning with "sha256:" or "#sha256:" (so that no id is stored as another
+// one's hash). Any id deduplicates, and two ids are one key only if they are
+// equal.
+//
+// Earlier versions stored some of these otherwise: as given (long ids on
+// PostgreSQL and SQLite, NUL bytes and invalid UTF-8 on SQLite, and ids ending
+// in a space or beginning with "sha256:" everywhere), or hashed under
+// "sha256:". So that a message handled before the upgrade is not handled again
+// when redelivered after it, the inbox also looks such a message up under those
+// keys before its insert: a plain SELECT, which takes no lock (on MySQL and
+// MariaDB no gap lock, below SERIALIZABLE), for those ids only (a UUID costs
+// nothing). Until the earlier rows are gone, one such "sha256:" row stands for
+// both ids it may have been (a long id, and the id equal to its hash), and on
+// MySQL and MariaDB an earlier row whose id ends in a space still takes the id
+// without the spaces for a duplicate. Instances of an earlier version and of
+// this one running side by side do not serialize their concurrent deliveries of
+// such an id. Once Retention has passed since the last instance of an earlier
+// version stopped, and the cleaner has run since, no earlier row is left: set
+// Config.DisableLegacyKeys to skip the lookup.
 //
 // # Retention
 //

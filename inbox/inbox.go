@@ -78,6 +78,15 @@ type Config struct {
 	// migrations of package migrations); when false, New creates it when
 	// missing and leaves it alone when present. Defaults to false.
 	DisableAutoCreate bool
+	// DisableLegacyKeys, when true, stops looking a message up under the
+	// keys earlier versions stored it under (see "Keys" in the package
+	// documentation): set it once Retention has passed since the last
+	// instance of an earlier version stopped and the cleaner has run since.
+	// When false, a message whose key is stored in a form an earlier version
+	// did not use (a long id, one ending in a space or beginning with
+	// "sha256:") is also looked up under those earlier keys, by a plain read
+	// that takes no lock. Defaults to false.
+	DisableLegacyKeys bool
 	// Logger receives the inbox's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// TracerProvider makes the consumer span each message is handled in,
@@ -250,7 +259,17 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		defer func() { span.SetAttributes(attribute.Bool("herald.duplicate", duplicate)); telemetry.End(span, err) }()
 		var after []func()
 		err = in.db.WithContext(sctx).Transaction(func(tx *gorm.DB) error {
-			fresh, err := in.store.Insert(tx.Statement.Context, tx.Statement.ConnPool, storedKey(consumer), storedKey(id))
+			ctx, x := tx.Statement.Context, tx.Statement.ConnPool
+			if !in.cfg.DisableLegacyKeys {
+				seen, err := in.seenEarlier(ctx, x, consumer, id)
+				if err != nil {
+					return fmt.Errorf("inbox: look up %s for %s: %w", id, consumer, err)
+				}
+				if seen {
+					return errDuplicate
+				}
+			}
+			fresh, err := in.store.Insert(ctx, x, storedKey(consumer), storedKey(id))
 			if err != nil {
 				return fmt.Errorf("inbox: record %s for %s: %w", id, consumer, err)
 			}
@@ -290,18 +309,86 @@ func call(h message.HandlerFunc, msg *message.Message) (out []*message.Message, 
 
 // MaxKeyBytes is the longest consumer name and message id the inbox stores
 // as given: 255 bytes, what MySQL's and MariaDB's VARCHAR(255) key columns
-// hold. A longer one, or one that is not text every database stores (a NUL
-// byte, invalid UTF-8), is stored as "sha256:" and the hex SHA-256 of its
-// bytes, alike on every database: any message id deduplicates.
+// hold. A longer one, one that is not text every database stores (a NUL
+// byte, invalid UTF-8), one that ends in a space (MySQL's and MariaDB's
+// collation ignores trailing spaces, so it would equal another) or one that
+// begins with "sha256:" or "#sha256:" (so that no key stored as given is a
+// hashed one) is stored as "#sha256:" and the hex SHA-256 of its bytes,
+// alike on every database: any message id deduplicates, and two ids are one
+// key only if they are equal.
 const MaxKeyBytes = 255
+
+// hashPrefix begins the key the inbox stores for a consumer name or message
+// id it does not store as given ([MaxKeyBytes]), before the hex SHA-256.
+const hashPrefix = "#sha256:"
+
+// legacyHashPrefix began the hashed keys of earlier versions; an id given
+// with it was stored as given then.
+const legacyHashPrefix = "sha256:"
 
 // storedKey is the inbox key column's value for s ([MaxKeyBytes]).
 func storedKey(s string) string {
-	if len(s) <= MaxKeyBytes && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 {
+	if asGiven(s) && !strings.HasSuffix(s, " ") && !strings.HasPrefix(s, hashPrefix) && !strings.HasPrefix(s, legacyHashPrefix) {
 		return s
 	}
+	return hashed(hashPrefix, s)
+}
+
+// asGiven reports whether earlier versions stored s as given: no longer than
+// MaxKeyBytes, valid UTF-8 without NUL.
+func asGiven(s string) bool {
+	return len(s) <= MaxKeyBytes && utf8.ValidString(s) && strings.IndexByte(s, 0) < 0
+}
+
+func hashed(prefix, s string) string {
 	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return prefix + hex.EncodeToString(sum[:])
+}
+
+// legacyKeys returns the keys earlier versions may have stored (consumer,
+// id) under when today's differs: as given (before long keys were hashed),
+// and with the long ones hashed under legacyHashPrefix and the rest as given.
+func legacyKeys(consumer, id string) [][2]string {
+	now := [2]string{storedKey(consumer), storedKey(id)}
+	if now == [2]string{consumer, id} {
+		return nil
+	}
+	earlier := func(s string) string {
+		if asGiven(s) {
+			return s
+		}
+		return hashed(legacyHashPrefix, s)
+	}
+	var out [][2]string
+	for _, k := range [][2]string{{consumer, id}, {earlier(consumer), earlier(id)}} {
+		// A key of today's hashed form is today's: an earlier row of that
+		// form cannot be told from it.
+		if k != now && (len(out) == 0 || out[0] != k) && !isHashed(k[0]) && !isHashed(k[1]) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// isHashed reports whether s has the form of a key storedKey hashed.
+func isHashed(s string) bool {
+	rest, ok := strings.CutPrefix(s, hashPrefix)
+	if !ok || len(rest) != 2*sha256.Size {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil
+}
+
+// seenEarlier reports whether an earlier version recorded (consumer, id)
+// under a key other than today's.
+func (in *Inbox) seenEarlier(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	for _, k := range legacyKeys(consumer, id) {
+		if seen, err := in.store.Recorded(ctx, x, k[0], k[1]); err != nil || seen {
+			return seen, err
+		}
+	}
+	return false, nil
 }
 
 // messageID is the Herald event id metadata key, which must be a UUID, or

@@ -36,6 +36,10 @@ var inboxTests = []namedTest{
 	{"ConsumerBadInputToPoisonQueue", testInboxConsumerBadInputToPoisonQueue},
 	{"RouterHandlerNamesAndProducedMessages", testInboxRouterHandlerNamesAndProducedMessages},
 	{"ProducedMessagesWithCopiedMetadata", testInboxProducedMessagesWithCopiedMetadata},
+	{"TrailingSpaceIDs", testInboxTrailingSpaceIDs},
+	{"HashPrefixIDs", testInboxHashPrefixIDs},
+	{"KeysOfEarlierVersions", testInboxKeysOfEarlierVersions},
+	{"EarlierKeysLookupBlocksNoInsert", testInboxEarlierKeysLookupBlocksNoInsert},
 }
 
 func testInboxDuplicateSkipped(t *testing.T, dl testkit.Dialect) {

@@ -254,6 +254,10 @@ type Inbox interface {
 	// Insert records (consumer, id) and reports whether it was new; a
 	// concurrent insert of the same key waits for the first to end.
 	Insert(ctx context.Context, x Execer, consumer, id string) (bool, error)
+	// Recorded reports whether (consumer, id) is in the table exactly as
+	// given, even where the column's collation equates it with another; false
+	// for a key the database cannot hold. It takes no lock.
+	Recorded(ctx context.Context, x Execer, consumer, id string) (bool, error)
 	// Cleanup deletes up to limit rows processed before olderThan ago, unless
 	// another instance is cleaning, and returns how many.
 	Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)

@@ -1,6 +1,8 @@
 package mysql
 
 import (
+	"context"
+
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/sqlkit"
@@ -10,6 +12,9 @@ import (
 func (Driver) Heartbeats(t ident.Table) store.Heartbeats {
 	lt, rt := Quote(t.Derived("_leases")), Quote(t.Derived("_relays"))
 	return sqlkit.HeartbeatSQL{
+		Exists: func(ctx context.Context, x store.Execer) (bool, error) {
+			return exists(ctx, x, t.Derived("_relays"), false, t.Derived("_relays"))
+		},
 		Create: `CREATE TABLE IF NOT EXISTS ` + rt + ` (
     instance VARCHAR(255) NOT NULL PRIMARY KEY,
     seen_at  DATETIME(6)  NOT NULL

@@ -5,24 +5,29 @@ import (
 	"database/sql"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Inbox returns the operations on the inbox table t.
 func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
 
 type inbox struct {
-	t                ident.Table
-	insert, cleanupQ string
+	t                          ident.Table
+	insert, recorded, cleanupQ string
 }
 
 func newInbox(t ident.Table) *inbox {
 	q := Quote(t)
 	return &inbox{
-		t:        t,
-		insert:   `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?, ?, ` + Now + `)`,
+		t:      t,
+		insert: `INSERT INTO ` + q + ` (consumer, message_id, processed_at) VALUES (?, ?, ` + Now + `)`,
+		// utf8mb4_bin ignores trailing spaces (PAD SPACE): the lengths keep
+		// "a" and "a " apart.
+		recorded: `SELECT 1 FROM ` + q + ` WHERE consumer = ? AND message_id = ? AND LENGTH(consumer) = ? AND LENGTH(message_id) = ?`,
 		cleanupQ: `DELETE FROM ` + q + ` WHERE processed_at < ` + Now + ` - INTERVAL ? MICROSECOND LIMIT ?`,
 	}
 }
@@ -55,6 +60,22 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 		return false, err
 	}
 	return true, nil
+}
+
+// Recorded reports whether (consumer, id) is in the table byte for byte, by a
+// consistent read: no lock, no gap lock below SERIALIZABLE; false for a key
+// the columns cannot hold (over 255 characters, invalid UTF-8).
+func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	for _, s := range []string{consumer, id} {
+		if !utf8.ValidString(s) || utf8.RuneCountInString(s) > 255 {
+			return false, nil
+		}
+	}
+	found, err := sqlkit.Found(ctx, x, in.recorded, consumer, id, len(consumer), len(id))
+	if err != nil && IsTableMissing(err) {
+		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+	}
+	return found, err
 }
 
 // Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock

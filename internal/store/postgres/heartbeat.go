@@ -1,6 +1,8 @@
 package postgres
 
 import (
+	"context"
+
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/sqlkit"
@@ -10,13 +12,14 @@ import (
 func (Driver) Heartbeats(t ident.Table) store.Heartbeats {
 	lt, rt := t.Derived("_leases").Quoted(), t.Derived("_relays").Quoted()
 	return sqlkit.HeartbeatSQL{
+		Exists: func(ctx context.Context, x store.Execer) (bool, error) { return exists(ctx, x, rt) },
 		Create: `CREATE TABLE IF NOT EXISTS ` + rt + ` (
     instance text        PRIMARY KEY,
     seen_at  timestamptz NOT NULL
 )`,
 		Beat: `INSERT INTO ` + rt + ` (instance, seen_at) VALUES ($1, now())
 ON CONFLICT (instance) DO UPDATE SET seen_at = now()`,
-		Prune:     `DELETE FROM ` + rt + ` WHERE seen_at < now() - $1::float8 * interval '1 millisecond'`,
+		Prune:     `DELETE FROM ` + rt + ` WHERE seen_at < now() - $1::float8 * interval '1 microsecond'`,
 		Instances: `SELECT instance, (extract(epoch FROM now() - seen_at) * 1000000)::bigint FROM ` + rt + ` ORDER BY seen_at DESC, instance`,
 		Leases: `SELECT owner, count(*), (extract(epoch FROM max(expires_at) - now()) * 1000000)::bigint FROM ` + lt + `
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,

@@ -3,7 +3,10 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -14,15 +17,16 @@ import (
 func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
 
 type inbox struct {
-	t                ident.Table
-	insert, cleanupQ string
+	t                          ident.Table
+	insert, recorded, cleanupQ string
 }
 
 func newInbox(t ident.Table) *inbox {
 	q := t.Quoted()
 	return &inbox{
-		t:      t,
-		insert: `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		t:        t,
+		insert:   `INSERT INTO ` + q + ` (consumer, message_id) VALUES ($1, $2) ON CONFLICT DO NOTHING`,
+		recorded: `SELECT 1 FROM ` + q + ` WHERE consumer = $1 AND message_id = $2`,
 		// By ctid: the primary key's order is not the age order, and a DELETE
 		// cannot take a LIMIT.
 		cleanupQ: `DELETE FROM ` + q + ` WHERE ctid = ANY (ARRAY(SELECT ctid FROM ` + q +
@@ -44,6 +48,21 @@ func (in *inbox) Check(ctx context.Context, x store.Execer) error {
 
 func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
 	return sqlkit.InsertedOne(ctx, x, in.t, IsTableMissing, in.insert, consumer, id)
+}
+
+// Recorded reports whether (consumer, id) is in the table, by a plain read
+// (no lock); false for a key text cannot hold (a NUL byte, invalid UTF-8).
+func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	for _, s := range []string{consumer, id} {
+		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
+			return false, nil
+		}
+	}
+	found, err := sqlkit.Found(ctx, x, in.recorded, consumer, id)
+	if err != nil && IsTableMissing(err) {
+		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+	}
+	return found, err
 }
 
 // Cleanup deletes a batch under a transaction-scoped advisory lock keyed by the

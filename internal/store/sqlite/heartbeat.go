@@ -1,6 +1,8 @@
 package sqlite
 
 import (
+	"context"
+
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/sqlkit"
@@ -11,6 +13,7 @@ import (
 func (Driver) Heartbeats(t ident.Table) store.Heartbeats {
 	lt, rt := t.Derived("_leases").Quoted(), t.Derived("_relays").Quoted()
 	return sqlkit.HeartbeatSQL{
+		Exists: func(ctx context.Context, x store.Execer) (bool, error) { return exists(ctx, x, t.Derived("_relays")) },
 		Create: `CREATE TABLE IF NOT EXISTS ` + rt + ` (
     instance TEXT    PRIMARY KEY,
     seen_at  INTEGER NOT NULL

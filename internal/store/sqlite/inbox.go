@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -14,8 +15,8 @@ import (
 func (Driver) Inbox(t ident.Table) store.Inbox { return newInbox(t) }
 
 type inbox struct {
-	t                ident.Table
-	insert, cleanupQ string
+	t                          ident.Table
+	insert, recorded, cleanupQ string
 }
 
 func newInbox(t ident.Table) *inbox {
@@ -23,6 +24,7 @@ func newInbox(t ident.Table) *inbox {
 	return &inbox{
 		t:        t,
 		insert:   `INSERT INTO ` + q + ` (consumer, message_id) VALUES (?, ?) ON CONFLICT DO NOTHING`,
+		recorded: `SELECT 1 FROM ` + q + ` WHERE consumer = ? AND message_id = ?`,
 		cleanupQ: `DELETE FROM ` + q + ` WHERE rowid IN (SELECT rowid FROM ` + q + ` WHERE processed_at < ? LIMIT ?)`,
 	}
 }
@@ -41,6 +43,16 @@ func (in *inbox) Check(ctx context.Context, x store.Execer) error {
 
 func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
 	return sqlkit.InsertedOne(ctx, x, in.t, IsTableMissing, in.insert, consumer, id)
+}
+
+// Recorded reports whether (consumer, id) is in the table (the columns
+// compare byte for byte).
+func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
+	found, err := sqlkit.Found(ctx, x, in.recorded, consumer, id)
+	if err != nil && IsTableMissing(err) {
+		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+	}
+	return found, err
 }
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.

@@ -3,6 +3,7 @@ package sqlkit
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
@@ -31,6 +32,12 @@ func scanLeaseOwner(rows interface{ Scan(...any) error }) (store.LeaseOwner, err
 // implements: a driver gives its SQL, the calls are the same everywhere.
 // Durations are read as microseconds.
 type HeartbeatSQL struct {
+	// Exists reports whether the relays table exists; Create runs only when
+	// it does not, so that a role without the right to create tables (which
+	// CREATE TABLE IF NOT EXISTS needs even when the table exists, on
+	// PostgreSQL and MySQL) works against the table the migrations made.
+	// Nil: Create always runs.
+	Exists    func(ctx context.Context, x store.Execer) (bool, error)
 	Create    string // makes the relays table when missing
 	Beat      string // upserts one instance's row, seen now: $1/? the instance
 	Prune     string // deletes rows not seen for $1/? microseconds
@@ -45,6 +52,15 @@ type heartbeatSQL struct{ q HeartbeatSQL }
 func (q HeartbeatSQL) Heartbeats() store.Heartbeats { return heartbeatSQL{q} }
 
 func (h heartbeatSQL) Create(ctx context.Context, x store.Execer) error {
+	if h.q.Exists != nil {
+		ok, err := h.q.Exists(ctx, x)
+		if err != nil {
+			return fmt.Errorf("look up the relays table: %w", err)
+		}
+		if ok {
+			return nil
+		}
+	}
 	_, err := x.ExecContext(ctx, h.q.Create)
 	return err
 }
