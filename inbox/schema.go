@@ -19,6 +19,10 @@ var ErrSchemaOutdated = store.ErrSchemaOutdated
 // outboxhook.ErrSQLiteSettings, whose documentation says why each is needed.
 var ErrSQLiteSettings = drivers.ErrSQLiteSettings
 
+// ErrMySQLLoc is returned (wrapped) by New for a MySQL connection whose DSN
+// has a loc other than UTC; the same error as outboxhook.ErrMySQLLoc.
+var ErrMySQLLoc = drivers.ErrMySQLLoc
+
 // ensureTable creates the inbox table and its index when the table is missing
 // (the statements of the database's inbox migration, for the configured name).
 // It checks first, so a role without DDL rights works once the table exists.

@@ -45,6 +45,14 @@ var ErrSchemaOutdated = store.ErrSchemaOutdated
 // writers and relay take turns.
 var ErrSQLiteSettings = drivers.ErrSQLiteSettings
 
+// ErrMySQLLoc is returned (wrapped) by db.Use, relay.New, inbox.New and
+// admin.New for a MySQL connection whose DSN has a loc other than UTC
+// (go-sql-driver's default): Herald's time columns hold UTC, and the driver
+// writes and reads DATETIME values as wall times of loc, so times would be
+// off by the zone's offset. loc=Local is refused on a host whose zone is not
+// UTC all year. The message names the setting.
+var ErrMySQLLoc = drivers.ErrMySQLLoc
+
 // ensureTable creates what the write path needs when it is missing: the
 // outbox table and its index, and the tables the database's writers lock
 // (the statements of the database's migrations, for the configured name).

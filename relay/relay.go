@@ -27,6 +27,10 @@ import (
 // outboxhook.ErrSQLiteSettings, whose documentation says why each is needed.
 var ErrSQLiteSettings = drivers.ErrSQLiteSettings
 
+// ErrMySQLLoc is returned (wrapped) by New for a MySQL connection whose DSN
+// has a loc other than UTC; the same error as outboxhook.ErrMySQLLoc.
+var ErrMySQLLoc = drivers.ErrMySQLLoc
+
 // Relay moves committed outbox rows to a Watermill publisher, at least once.
 type Relay struct {
 	cfg     Config

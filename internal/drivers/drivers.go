@@ -3,11 +3,13 @@
 package drivers
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -49,7 +51,58 @@ func Open(db *gorm.DB, table string) (Conn, error) {
 	if c.DB, err = db.DB(); err != nil {
 		return Conn{}, err
 	}
+	if c.Driver.Name() == "mysql" {
+		if err := checkMySQLLoc(db, c.DB); err != nil {
+			return Conn{}, err
+		}
+	}
 	return c, nil
+}
+
+// ErrMySQLLoc is returned (wrapped) by Open for a MySQL connection whose DSN
+// has a loc other than UTC (mysql.ErrLoc).
+var ErrMySQLLoc = mysql.ErrLoc
+
+// checkMySQLLoc returns ErrMySQLLoc for a MySQL DSN whose loc is not UTC: the
+// loc of gorm.io/driver/mysql's parsed DSN (mysql.CheckLoc), or, for a
+// dialector opened on an existing connection (no DSN at hand), what one
+// connection of the pool says (mysql.Driver.CheckConn).
+func checkMySQLLoc(db *gorm.DB, sqlDB *sql.DB) error {
+	if dsn := mysqlDSNConfig(db); dsn.IsValid() {
+		if f := dsn.FieldByName("Loc"); f.IsValid() && f.CanInterface() {
+			if loc, ok := f.Interface().(*time.Location); ok && loc != nil {
+				return mysql.CheckLoc(loc)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return mysql.Driver{}.CheckConn(ctx, sqlDB)
+}
+
+// mysqlDSNConfig returns the parsed DSN of db's dialector (gorm.io/driver/mysql's
+// Config.DSNConfig, a go-sql-driver *mysql.Config, as a struct value), or the
+// zero Value when it has none.
+func mysqlDSNConfig(db *gorm.DB) reflect.Value {
+	v := reflect.ValueOf(db.Dialector)
+	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
+		if v.IsNil() {
+			return reflect.Value{}
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	cfg := v.FieldByName("Config")
+	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
+		return reflect.Value{}
+	}
+	dsn := cfg.Elem().FieldByName("DSNConfig")
+	if !dsn.IsValid() || dsn.Kind() != reflect.Pointer || dsn.IsNil() {
+		return reflect.Value{}
+	}
+	return dsn.Elem()
 }
 
 // For returns the implementation for db's dialect ("postgres", ...).
@@ -122,25 +175,11 @@ func Check(db *gorm.DB) error {
 	if db.Dialector == nil || db.Dialector.Name() != "mysql" {
 		return nil
 	}
-	v := reflect.ValueOf(db.Dialector)
-	for v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface {
-		if v.IsNil() {
-			return nil
-		}
-		v = v.Elem()
-	}
-	if v.Kind() != reflect.Struct {
+	dsn := mysqlDSNConfig(db)
+	if !dsn.IsValid() {
 		return nil
 	}
-	cfg := v.FieldByName("Config")
-	if !cfg.IsValid() || cfg.Kind() != reflect.Pointer || cfg.IsNil() {
-		return nil
-	}
-	dsn := cfg.Elem().FieldByName("DSNConfig")
-	if !dsn.IsValid() || dsn.Kind() != reflect.Pointer || dsn.IsNil() {
-		return nil
-	}
-	if f := dsn.Elem().FieldByName("ClientFoundRows"); f.IsValid() && f.Kind() == reflect.Bool && !f.Bool() {
+	if f := dsn.FieldByName("ClientFoundRows"); f.IsValid() && f.Kind() == reflect.Bool && !f.Bool() {
 		return ErrClientFoundRows
 	}
 	return nil

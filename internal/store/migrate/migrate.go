@@ -78,12 +78,45 @@ func Migrate(ctx context.Context, db store.DB, d store.Driver) ([]int64, error) 
 }
 
 // MigrateFS is Migrate with the migrations read from fsys (a set of d's: the
-// partitioned PostgreSQL set, say).
+// partitioned PostgreSQL set, say). When d is a SchemaLocker, it runs holding
+// the schema lock of the connection's database, on the connection the lock
+// holds.
 func MigrateFS(ctx context.Context, db store.DB, d store.Driver, fsys fs.FS) ([]int64, error) {
 	migs, err := Migrations(fsys)
 	if err != nil {
 		return nil, err
 	}
+	var (
+		lock Locker
+		done []int64
+	)
+	if l, ok := d.(SchemaLocker); ok {
+		lock = l.SchemaLock
+	}
+	err = locked(ctx, lock, db, ident.Table{}, func(x store.Execer) error {
+		on, ok := x.(store.DB)
+		if !ok {
+			on = db
+		}
+		var e error
+		done, e = migrateFS(ctx, on, d, fsys, migs)
+		return e
+	})
+	return done, err
+}
+
+// SchemaLocker is a store.Driver whose creations, checks and migrations of
+// a schema must not run beside each other (MySQL, whose DDL commits
+// statement by statement): its Schema.Lock. Migrate holds it from start to
+// end, so that Herald's own creation and checks at start wait for a
+// migration instead of finding its tables half-made.
+type SchemaLocker interface {
+	// SchemaLock takes the lock of the database of t (Locker).
+	SchemaLock(ctx context.Context, x store.Execer, t ident.Table) (store.Execer, func(), error)
+}
+
+// migrateFS applies migs on db (see MigrateFS).
+func migrateFS(ctx context.Context, db store.DB, d store.Driver, fsys fs.FS, migs []Migration) ([]int64, error) {
 	if _, err := db.ExecContext(ctx, d.MigrationsTableSQL()); err != nil {
 		return nil, fmt.Errorf("create %s: %w", store.MigrationsTable, err)
 	}

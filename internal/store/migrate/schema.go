@@ -139,18 +139,24 @@ func anyIndex(ctx context.Context, x store.Execer, on ident.Table, names []ident
 // schema that seems outdated is looked at again for about a second (another
 // instance may be making it) before the error.
 func CheckSchema(ctx context.Context, x store.Execer, objs []store.Object, exists Catalog) error {
-	err := checkSchema(ctx, x, objs, exists)
-	// Another instance may be creating the same tables at this moment: the
-	// one that made a table adds the later migrations' columns to it right
-	// after (CreateMissing), and the others see the table before them. Look
-	// again a few times, for about a second, before calling it outdated.
+	return recheck(ctx, func() error { return checkSchema(ctx, x, objs, exists) })
+}
+
+// recheck runs check and, while it finds the schema outdated, again a few
+// times for about a second. Another instance may be creating the same tables
+// at this moment without a lock (a database without Schema.Lock, or an
+// earlier release): the one that made a table adds the later migrations'
+// columns to it right after (CreateMissing), and the others see the table
+// before them.
+func recheck(ctx context.Context, check func() error) error {
+	err := check()
 	for i := 0; i < outdatedRechecks && errors.Is(err, store.ErrSchemaOutdated); i++ {
 		select {
 		case <-ctx.Done():
 			return err
 		case <-time.After(outdatedRecheckEvery):
 		}
-		err = checkSchema(ctx, x, objs, exists)
+		err = check()
 	}
 	return err
 }
@@ -217,17 +223,60 @@ type Schema struct {
 	// build's SHARE lock on an existing table) are held to its commit, which
 	// follows its last statement. Defaults to false.
 	Atomic bool
+	// Lock, when set, serializes the creations and checks of the schema of
+	// the database of t (see Locker): each creation and each check runs
+	// holding it, on the Execer it returns. A database whose DDL commits
+	// statement by statement (MySQL) needs it: without it a check beside a
+	// creation sees the tables half-made.
+	Lock Locker
 }
 
-// create runs CreateMissing on x: when s is Atomic and x a DB, in one
-// transaction.
-func (s Schema) create(ctx context.Context, x store.Execer, objs []store.Object, skip func(string, error) bool) error {
-	db, ok := x.(store.DB)
-	if !s.Atomic || !ok {
-		return CreateMissing(ctx, x, objs, s.Exists, skip)
+// Locker takes the lock that serializes Herald's creations, checks and
+// migrations of the schema of the database of t (its schema, or the
+// connection's database when t has none; the zero table for the
+// connection's): it waits for the lock, for a bounded time, and returns the
+// Execer to run on while holding it (a connection of x's pool held for the
+// duration, when x is a pool) and the function that releases it and gives
+// the connection back. Everything done under the lock runs on that Execer,
+// never on x, so a pool of one connection works. unlock is never nil when
+// err is nil.
+type Locker func(ctx context.Context, x store.Execer, t ident.Table) (locked store.Execer, unlock func(), err error)
+
+// locked runs f holding the schema lock of the database of t (Locker), on
+// the Execer the lock returns; with a nil lock, f runs on x.
+func locked(ctx context.Context, lock Locker, x store.Execer, t ident.Table, f func(x store.Execer) error) error {
+	if lock == nil {
+		return f(x)
 	}
-	return sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
-		return CreateMissing(ctx, savepoints{tx}, objs, s.Exists, skip)
+	held, unlock, err := lock(ctx, x, t)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return f(held)
+}
+
+// create runs CreateMissing on x, holding s.Lock: when s is Atomic and x a
+// DB, in one transaction.
+func (s Schema) create(ctx context.Context, x store.Execer, t ident.Table, objs []store.Object, skip func(string, error) bool) error {
+	return locked(ctx, s.Lock, x, t, func(x store.Execer) error {
+		db, ok := x.(store.DB)
+		if !s.Atomic || !ok {
+			return CreateMissing(ctx, x, objs, s.Exists, skip)
+		}
+		return sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
+			return CreateMissing(ctx, savepoints{tx}, objs, s.Exists, skip)
+		})
+	})
+}
+
+// check runs CheckSchema on x, each look holding s.Lock (released between
+// the looks again).
+func (s Schema) check(ctx context.Context, x store.Execer, t ident.Table, objs []store.Object) error {
+	return recheck(ctx, func() error {
+		return locked(ctx, s.Lock, x, t, func(x store.Execer) error {
+			return checkSchema(ctx, x, objs, s.Exists)
+		})
 	})
 }
 
@@ -261,7 +310,7 @@ func (s Schema) CreateOutbox(ctx context.Context, x store.Execer, t ident.Table)
 	if err != nil {
 		return err
 	}
-	return s.create(ctx, x, objs, nil)
+	return s.create(ctx, x, t, objs, nil)
 }
 
 // CheckOutbox checks what the write path needs on the outbox t (CheckSchema).
@@ -270,7 +319,7 @@ func (s Schema) CheckOutbox(ctx context.Context, x store.Execer, t ident.Table) 
 	if err != nil {
 		return err
 	}
-	return CheckSchema(ctx, x, objs, s.Exists)
+	return s.check(ctx, x, t, objs)
 }
 
 // CreateRelay creates the relay's additions to the outbox t that p's mode
@@ -288,7 +337,7 @@ func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, 
 		return err
 	}
 	cols := slices.DeleteFunc(out, func(o store.Object) bool { return o.Kind != store.KindColumn })
-	return s.create(ctx, x, append(cols, objs...), p.Skip)
+	return s.create(ctx, x, t, append(cols, objs...), p.Skip)
 }
 
 // CheckRelay checks what the relay uses: the outbox t itself (not the
@@ -304,7 +353,7 @@ func (s Schema) CheckRelay(ctx context.Context, x store.Execer, t ident.Table, p
 		return err
 	}
 	objs := slices.DeleteFunc(out, func(o store.Object) bool { return o.Name != t })
-	return CheckSchema(ctx, x, append(objs, rel...), s.Exists)
+	return s.check(ctx, x, t, append(objs, rel...))
 }
 
 // CreateInbox creates the inbox t when missing.
@@ -313,7 +362,7 @@ func (s Schema) CreateInbox(ctx context.Context, x store.Execer, t ident.Table) 
 	if err != nil {
 		return err
 	}
-	return s.create(ctx, x, objs, nil)
+	return s.create(ctx, x, t, objs, nil)
 }
 
 // CheckInbox checks the inbox t.
@@ -322,5 +371,5 @@ func (s Schema) CheckInbox(ctx context.Context, x store.Execer, t ident.Table) e
 	if err != nil {
 		return err
 	}
-	return CheckSchema(ctx, x, objs, s.Exists)
+	return s.check(ctx, x, t, objs)
 }

@@ -8,7 +8,10 @@
 // events): the relay asks the server which it is.
 //
 // Times are UTC: Herald writes UTC_TIMESTAMP(6) and compares with it, whatever
-// the session's time zone. Inserts are plain INSERTs: neither INSERT IGNORE
+// the session's time zone, and the times it passes as arguments (occurred_at,
+// due times) are UTC; go-sql-driver writes and reads DATETIME values as wall
+// times of the DSN's loc, which must therefore be UTC, its default (CheckConn
+// refuses another: ErrLoc). Inserts are plain INSERTs: neither INSERT IGNORE
 // (which would also swallow a CHECK constraint's or a truncation's error and
 // drop the row) nor ON DUPLICATE KEY UPDATE (whose count cannot tell a
 // duplicate from a new row under clientFoundRows, which GORM's Save needs). A
@@ -17,7 +20,9 @@
 package mysql
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -100,4 +105,82 @@ func parseTime(v any) (time.Time, error) {
 		return time.Time{}, nil
 	}
 	return time.Time{}, fmt.Errorf("mysql: time of type %T", v)
+}
+
+// ErrLoc is returned (wrapped) by CheckConn for a connection whose DSN has a
+// loc other than UTC (loc=Local on a host whose zone is not UTC, or a named
+// zone with an offset).
+var ErrLoc = errors.New("MySQL needs loc=UTC in the DSN (go-sql-driver's default): Herald's time columns hold UTC, " +
+	"and with another loc the driver writes and reads them as that zone's wall times, shifted by its offset")
+
+// CheckLoc returns ErrLoc (wrapped) when loc, a DSN's loc (go-sql-driver's
+// Config.Loc), is not UTC all year: a zone whose offset is zero on the first
+// of every month of this year (UTC, GMT, or Local on a host in UTC) passes.
+func CheckLoc(loc *time.Location) error {
+	if loc == nil {
+		return nil
+	}
+	for _, p := range locProbes() {
+		if _, off := p.In(loc).Zone(); off != 0 {
+			return fmt.Errorf("%w; the DSN has loc=%s (%s UTC is %s there)", ErrLoc, loc, p.Format(time.DateTime), p.In(loc).Format(time.DateTime))
+		}
+	}
+	return nil
+}
+
+// locProbes are the instants CheckLoc and CheckConn look at: noon UTC on the
+// first of each month of this year.
+func locProbes() []time.Time {
+	year := time.Now().UTC().Year()
+	out := make([]time.Time, 0, 12)
+	for m := time.January; m <= time.December; m++ {
+		out = append(out, time.Date(year, m, 1, 12, 0, 0, 0, time.UTC))
+	}
+	return out
+}
+
+// CheckConn reports a setting of db's connections Herald cannot work with: a
+// DSN whose loc is not UTC all year (ErrLoc), for a pool whose DSN is not at
+// hand (CheckLoc checks a parsed one): it asks one connection of the pool,
+// passing the instants CheckLoc looks at as arguments (the driver writes them
+// as wall times of its loc) and reading them back. A connection that cannot
+// be asked (the query fails) is not checked: what Herald does next with it
+// fails on its own.
+func (Driver) CheckConn(ctx context.Context, db *sql.DB) error {
+	return checkConnLoc(ctx, db)
+}
+
+func checkConnLoc(ctx context.Context, db store.Execer) error {
+	probes := locProbes()
+	cols := make([]string, len(probes))
+	for i := range cols {
+		cols[i] = "CAST(? AS CHAR)"
+	}
+	rows, err := db.QueryContext(ctx, `SELECT `+strings.Join(cols, ", ")+`, CAST('2000-01-01 00:00:00' AS DATETIME)`, anys(probes)...)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = rows.Close() }()
+	if !rows.Next() {
+		return nil
+	}
+	got := make([]string, len(probes))
+	dest := make([]any, 0, len(probes)+1)
+	for i := range got {
+		dest = append(dest, &got[i])
+	}
+	var read any // a time.Time in the driver's loc with parseTime
+	if err := rows.Scan(append(dest, &read)...); err != nil {
+		return nil
+	}
+	loc := "a zone other than UTC"
+	if t, ok := read.(time.Time); ok {
+		loc = "loc=" + t.Location().String()
+	}
+	for i, p := range probes {
+		if g, err := time.ParseInLocation("2006-01-02 15:04:05.999999", got[i], time.UTC); err == nil && !g.Equal(p) {
+			return fmt.Errorf("%w; this connection has %s (it writes %s UTC as %s)", ErrLoc, loc, p.Format(time.DateTime), got[i])
+		}
+	}
+	return nil
 }

@@ -188,7 +188,7 @@ func TestRescheduleOfAClaimedEventDoesNotWait(t *testing.T) {
 	if len(b.Rows()) != 1 {
 		t.Fatalf("claimed %d events", len(b.Rows()))
 	}
-	ctx, cancel := context.WithTimeout(e.ctx, 2*time.Second)
+	ctx, cancel := context.WithTimeout(e.ctx, 10*time.Second)
 	defer cancel()
 	var res store.RescheduleResult
 	err = sqlkit.InTx(ctx, e.db, mysql.Driver{}.LockingTx(), func(tx store.Execer) error {
