@@ -132,7 +132,8 @@ func checkLocOf(t *testing.T, db *gorm.DB, refused bool) {
 // A MySQL DSN whose loc is a zone with an offset shifts every time Herald
 // writes as an argument (occurred_at, due times) and reads (the admin's
 // due, failing and dead times): Herald refuses it at db.Use, relay.New,
-// inbox.New and admin.New, naming the setting; loc=UTC works.
+// inbox.New and admin.New, naming the setting; loc=UTC works, whatever the
+// session's time_zone.
 func TestMySQLDSNLoc(t *testing.T) {
 	skipWithoutMySQL(t)
 	t.Parallel()
@@ -144,6 +145,11 @@ func TestMySQLDSNLoc(t *testing.T) {
 		checkLocConn(t, withLoc(mysqltest.Database(t), "America/New_York"), true)
 	})
 	t.Run("UTC/Conn", func(t *testing.T) { checkLocConn(t, mysqltest.Database(t), false) })
+	// A session time_zone other than UTC changes nothing: Herald's clock is
+	// UTC_TIMESTAMP(6), and no statement converts a time by the session's zone.
+	t.Run("SessionTimeZone", func(t *testing.T) {
+		checkLoc(t, mysqltest.Database(t)+"&time_zone="+url.QueryEscape("'+05:30'"), false)
+	})
 }
 
 // loc=Local is the host's zone: refused where it has an offset (the test runs
