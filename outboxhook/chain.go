@@ -227,17 +227,17 @@ func (p *Plugin) write(db *gorm.DB) {
 		}
 		return
 	}
-	// A transaction this plugin cannot watch (begun on a pool it does not wrap):
-	// note what tells a later save whether it committed.
+	// A transaction this plugin cannot watch (begun on a pool it does not wrap,
+	// or on db.Connection's connection before the plugin saw it): note what
+	// tells a later save whether it committed. Token 0 where the database
+	// hands out none (a later save can then only look the row up: see settle).
 	_, tokens, err := p.insertBatch(ctx, pool, &b, true)
 	if err != nil {
 		p.fail(db, err)
 		return
 	}
 	for _, e := range written {
-		if tok, ok := tokens[e.Record.ID]; ok {
-			e.Unobserved = &recorded.Unobserved{Pool: pool, Token: tok}
-		}
+		e.Unobserved = &recorded.Unobserved{Pool: pool, Token: tokens[e.Record.ID]}
 	}
 	p.notify()
 }
@@ -312,6 +312,15 @@ func inTransaction(db *gorm.DB) bool {
 // could not watch, other than the current one: committed ones are forgotten;
 // those of a rolled-back transaction are written again. It costs a query only
 // when such events exist.
+//
+// An event is written again only on proof that its transaction did not
+// commit: the database's word on the transaction (PostgreSQL, whose token is
+// the transaction id). Where there is no token (SQLite, MySQL) only the row
+// can be looked up, and a row not found proves nothing: it may have been
+// published and deleted by the relay, or cancelled, after its transaction
+// committed. Writing it again would publish it twice, or bring a cancelled
+// event back; such an event is forgotten instead, as committed (should its
+// transaction have rolled back, it is lost: see docs/limits.md).
 func (p *Plugin) settle(db *gorm.DB, roots []rootRef) error {
 	pool := db.Statement.ConnPool
 	var (
@@ -338,8 +347,12 @@ func (p *Plugin) settle(db *gorm.DB, roots []rootRef) error {
 		case store.Committed:
 			e.MarkCommitted()
 		case store.InProgress: // another open transaction: the insert waits for it
-		default: // rolled back, or unknown: write again (same id)
-			e.Unobserved = nil
+		default:
+			if e.Unobserved.Token == 0 { // the row is not found: no proof of a rollback
+				e.MarkCommitted()
+				continue
+			}
+			e.Unobserved = nil // rolled back: write again (same id)
 		}
 	}
 	for _, r := range roots {

@@ -26,6 +26,12 @@
 // events exactly when the transaction that wrote them commits, and keeps them,
 // to be written again under the same ids, when it rolls back. A write whose
 // events cannot be written fails, and leaves its transaction unable to commit.
+// db.Connection's connection is wrapped at the first statement run on the
+// *gorm.DB its function is handed; a transaction begun on it before that is
+// not seen, and is settled at the next save of its aggregates (PostgreSQL
+// asks the server; SQLite and MySQL never write again an event whose row is
+// not found, since it may have been published or cancelled: see
+// docs/limits.md).
 //
 // Savepoints are followed in GORM's spelling (tx.SavePoint, tx.RollbackTo, a
 // nested db.Transaction) and raw SQL's, with or without PrepareStmt. A
@@ -79,6 +85,7 @@
 // Config.Notify is called once a transaction that wrote events committed:
 // GORM's own, db.Transaction, db.Begin/Commit. For a transaction begun on a
 // pool the plugin does not wrap (a *gorm.DB handle derived before db.Use that
-// calls Begin itself, another plugin's pool) it is called right after the
-// write, and the relay re-checks at growing intervals until the commit shows.
+// calls Begin itself, another plugin's pool, db.Connection's connection
+// before a statement ran on it) it is called right after the write, and the
+// relay re-checks at growing intervals until the commit shows.
 package outboxhook

@@ -73,6 +73,10 @@ func (p *Plugin) useWAL(ctx context.Context, conn drivers.Conn) error {
 // runs after the After hooks and before gorm:commit_or_rollback_transaction, and
 // inserts the events in the same transaction; herald:outbox_finish_* runs after
 // the commit and makes the aggregates forget events that are now committed.
+// herald:outbox_adopt_* runs first in every chain (query, row and raw too): it
+// puts the plugin's wrapper on a statement that holds the pool unwrapped (a
+// handle made before db.Use, db.Connection's connection), so that the
+// transactions begun through it are seen.
 func (p *Plugin) Initialize(db *gorm.DB) error {
 	if p.cfgErr != nil {
 		return p.cfgErr
@@ -133,6 +137,16 @@ func (p *Plugin) Initialize(db *gorm.DB) error {
 		if err != nil {
 			return fmt.Errorf("outboxhook: register %s callbacks: %w", c.op.name, err)
 		}
+	}
+	// The other chains only adopt: a statement run on db.Connection's
+	// connection before it begins a transaction wraps the connection (adopt).
+	err = errors.Join(
+		cb.Query().Before("*").Register("herald:outbox_adopt_query", p.adopt),
+		cb.Row().Before("*").Register("herald:outbox_adopt_row", p.adopt),
+		cb.Raw().Before("*").Register("herald:outbox_adopt_raw", p.adopt),
+	)
+	if err != nil {
+		return fmt.Errorf("outboxhook: register adopt callbacks: %w", err)
 	}
 	return nil
 }

@@ -21,10 +21,18 @@ import (
 // transaction around a write, db.Transaction, db.Begin, CreateInBatches). That
 // is how aggregates forget their events exactly when the transaction that wrote
 // them commits, on every database, with no query to ask.
+//
+// db.Connection hands its function a statement whose pool is a *sql.Conn
+// taken from the *sql.DB, past the wrapper. The first statement run through
+// it (adopt) wraps that connection too, and the wrapper stays on the
+// function's *gorm.DB, whose statement GORM shares: a transaction begun on
+// the connection after that is a txn. One begun before (tx.Transaction as the
+// function's first call) is not seen (see settle).
 
-// pool wraps a *gorm.DB's connection pool: its transactions are txns.
+// pool wraps a *gorm.DB's connection pool, or a *sql.Conn of it: its
+// transactions are txns.
 type pool struct {
-	gorm.ConnPool // the wrapped pool: *sql.DB, or what another plugin put there
+	gorm.ConnPool // the wrapped pool: *sql.DB, or what another plugin put there; or a *sql.Conn
 	p             *Plugin
 }
 
@@ -51,7 +59,8 @@ func (c *pool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool,
 	return &txn{ConnPool: inner, pool: c, ctx: ctx}, nil
 }
 
-// GetDBConn returns the *sql.DB under the wrapped pool, for gorm.DB.DB().
+// GetDBConn returns the *sql.DB under the wrapped pool, for gorm.DB.DB(). A
+// wrapped *sql.Conn has none, as GORM sees it unwrapped.
 func (c *pool) GetDBConn() (*sql.DB, error) {
 	switch p := c.ConnPool.(type) {
 	case *sql.DB:
@@ -60,6 +69,16 @@ func (c *pool) GetDBConn() (*sql.DB, error) {
 		return p.GetDBConn()
 	}
 	return nil, gorm.ErrInvalidDB
+}
+
+// sqlDB returns the *sql.DB the pool's transactions are begun on: for a
+// wrapped *sql.Conn, the plugin's (db.Connection takes its connections from
+// it), as GORM finds it under a bare *sql.Tx.
+func (c *pool) sqlDB() (*sql.DB, error) {
+	if _, ok := c.ConnPool.(*sql.Conn); ok && c.p.wrapped != nil {
+		return c.p.wrapped.GetDBConn()
+	}
+	return c.GetDBConn()
 }
 
 // PrepareContext prepares query on the wrapped pool and remembers what it is:
@@ -251,7 +270,7 @@ func (t *txn) Rollback() error {
 }
 
 // GetDBConn returns the *sql.DB the transaction was begun on.
-func (t *txn) GetDBConn() (*sql.DB, error) { return t.pool.GetDBConn() }
+func (t *txn) GetDBConn() (*sql.DB, error) { return t.pool.sqlDB() }
 
 // ran follows a statement the transaction ran: SAVEPOINT, ROLLBACK TO and
 // RELEASE as GORM's dialectors (and raw SQL) spell them. A failed statement,
@@ -335,10 +354,19 @@ func (p *Plugin) wrapPool(db *gorm.DB) {
 	}
 }
 
-// adopt runs before GORM begins a statement's transaction: a handle made before
-// db.Use still holds the unwrapped pool; it gets the wrapper, so that the
-// transaction is seen.
+// adopt runs first in every chain of callbacks, before GORM begins a
+// statement's transaction: a handle made before db.Use still holds the
+// unwrapped pool; it gets the wrapper, so that the transaction is seen. A
+// *sql.Conn (db.Connection's) is wrapped in a pool of its own, left on the
+// statement: db.Connection's function shares it, so that a transaction it
+// begins later on the connection is seen too.
 func (p *Plugin) adopt(db *gorm.DB) {
+	if c, ok := db.Statement.ConnPool.(*sql.Conn); ok {
+		if c != nil {
+			db.Statement.ConnPool = &pool{ConnPool: c, p: p}
+		}
+		return
+	}
 	if p.raw != nil && reflect.TypeOf(db.Statement.ConnPool) == reflect.TypeOf(p.raw) &&
 		reflect.TypeOf(p.raw).Comparable() && db.Statement.ConnPool == p.raw {
 		db.Statement.ConnPool = p.wrapped
