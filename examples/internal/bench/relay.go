@@ -194,35 +194,38 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	}
 	// Each scenario runs in a fresh schema (database, file); outboxed scenarios find the n events
 	// already in the outbox, loaded through db.
-	herald := func(ordered bool) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
-		return func(db *gorm.DB, _ string, pub message.Publisher, done <-chan struct{}) error {
-			r, err := relay.New(db, pub, relay.Config{Ordered: ordered, BatchSize: *batch, PublishConcurrency: *conc, Workers: *workers, Logger: discardLogger()})
+	herald := func(ordered bool) func(*burnRun) error {
+		return func(b *burnRun) error {
+			r, err := relay.New(b.db, b.pub, relay.Config{Ordered: ordered, BatchSize: *batch, PublishConcurrency: *conc, Workers: *workers, Logger: discardLogger()})
 			if err != nil {
 				return err
 			}
-			return runUntil(r.Run, done)
+			return runUntil(r.Run, b.pub.done)
 		}
 	}
 	scenarios := []burnScenario{
-		{"SQL reference (claim+delete+read, no publish)", true, reference(bdb.claimDelete, *n)},
+		{"SQL reference (claim+delete+read, no publish)", true, reference(bdb.claimDelete)},
 		{"Herald relay, unordered", true, herald(false)},
 		{"Herald relay, ordered (1 relay)", true, herald(true)},
 	}
 	if bdb.claimDeleteRC != nil {
 		// The reference at the relay's isolation (MySQL: READ COMMITTED,
 		// so that no gap lock holds back the application's inserts).
-		scenarios = append(scenarios, burnScenario{refRC, true, reference(bdb.claimDeleteRC, *n)})
+		scenarios = append(scenarios, burnScenario{refRC, true, reference(bdb.claimDeleteRC)})
 	}
 	scenarios = append(scenarios, burnScenario{brokerRef, false,
-		func(_ *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
-			took, err := brokerReference(benchPublisher, benchTopic, *n)
-			referenceTook = took
+		func(b *burnRun) error {
+			// Every one of the n messages acked, or an error.
+			took, err := brokerReference(benchPublisher, benchTopic, b.n)
+			if err == nil {
+				referenceTook, b.bypassed = took, int64(b.n)
+			}
 			return err
 		}})
 	if bdb.forwarder != nil {
 		scenarios = append(scenarios,
-			burnScenario{"Watermill forwarder, default config", false, forwarderScenario(bdb, n, false)},
-			burnScenario{fastestForwarder, false, forwarderScenario(bdb, n, true)})
+			burnScenario{"Watermill forwarder, default config", false, forwarderScenario(bdb, false)},
+			burnScenario{fastestForwarder, false, forwarderScenario(bdb, true)})
 	}
 	sizes := []int{*n}
 	if *sizesFlag != "" {
@@ -320,26 +323,20 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// burnScenario is one burn-down scenario: outboxed ones find the events
-// already in the outbox, loaded through db.
-// reference is the SQL reference's scenario: claim runs until n events are
-// deleted; referenceTook is the time that took.
-func reference(claim func(*sql.DB) (int, error), n int) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
-	return func(db *gorm.DB, _ string, _ message.Publisher, _ <-chan struct{}) error {
-		sqlDB, _ := db.DB()
-		start := time.Now()
-		for deleted := 0; deleted < n; {
-			k, err := claim(sqlDB)
-			if err != nil {
-				return err
-			}
-			if k == 0 {
-				return errors.New("the reference found nothing to claim")
-			}
-			deleted += k
+// reference is the SQL reference's scenario: claim runs until the run's n
+// events are deleted (the n of the size running, not one fixed when the
+// scenarios were made) or it finds nothing; referenceTook is the time that
+// took.
+func reference(claim func(*sql.DB) (int, error)) func(*burnRun) error {
+	return func(b *burnRun) error {
+		sqlDB, err := b.db.DB()
+		if err != nil {
+			return err
 		}
-		referenceTook = time.Since(start)
-		return nil
+		deleted, took, err := claimAll(claim, sqlDB, b.n)
+		b.bypassed = deleted
+		referenceTook = took
+		return err
 	}
 }
 
@@ -353,11 +350,30 @@ func setupRelay(db *gorm.DB, ordered bool) error {
 	return r.Setup(context.Background())
 }
 
+// burnScenario is one burn-down scenario: outboxed ones find the events
+// already in the outbox, loaded through the run's db.
 type burnScenario struct {
 	name     string
 	outboxed bool
-	run      func(db *gorm.DB, dsn string, pub message.Publisher, done <-chan struct{}) error
+	run      func(*burnRun) error
 }
+
+// burnRun is what a scenario runs on: its database (dsn; the outbox loaded
+// when the scenario is outboxed), the backlog's size n, and the publisher
+// that counts what it accepted (its done closed at n). A scenario that
+// drains events without that publisher (the SQL references delete them, the
+// broker reference publishes with its own client) counts them in bypassed.
+type burnRun struct {
+	db       *gorm.DB
+	dsn      string
+	n        int
+	pub      *countingPublisher
+	bypassed int64
+}
+
+// drained is how many events the run drained: published through its
+// publisher, or drained around it (a scenario does one or the other).
+func (b *burnRun) drained() int64 { return b.pub.n.Load() + b.bypassed }
 
 // burnDown runs the scenarios on n pending events for each publisher and
 // returns the first publisher's rates by scenario.
@@ -401,10 +417,20 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 				err = loadOutbox(db, n, topic)
 			}
 			cpu0 := machineCPU()
+			run := &burnRun{db: db, dsn: dsn, n: n, pub: cp}
 			if err == nil {
-				err = s.run(db, dsn, cp, cp.done)
+				err = s.run(run)
 			}
 			cpu := machineCPU().sub(cpu0).per(n)
+			if err == nil {
+				// The one check of every scenario: n events drained, the
+				// outbox (where it has one) empty.
+				outbox := db
+				if !s.outboxed {
+					outbox = nil
+				}
+				err = verifyDrained(n, run.drained(), outbox, 0)
+			}
 			took := publishTook
 			if referenceTook > 0 {
 				took = referenceTook
@@ -418,7 +444,7 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 				continue
 			}
 			if err != nil {
-				return nil, fmt.Errorf("%s: %w", s.name, err)
+				return nil, fmt.Errorf("%s, %d events, publisher %s: %w", s.name, n, pk, err)
 			}
 			rate := float64(n) / took.Seconds()
 			results[s.name], cpus[s.name] = rate, cpu
@@ -508,9 +534,9 @@ func runUntil(run func(context.Context) error, done <-chan struct{}) error {
 	return <-errc
 }
 
-func forwarderScenario(bdb benchDB, size *int, fastest bool) func(*gorm.DB, string, message.Publisher, <-chan struct{}) error {
-	return func(_ *gorm.DB, dsn string, pub message.Publisher, done <-chan struct{}) error {
-		n := *size
+func forwarderScenario(bdb benchDB, fastest bool) func(*burnRun) error {
+	return func(b *burnRun) error {
+		n, dsn, pub := b.n, b.dsn, b.pub
 		schema, offsets, driver := bdb.forwarder(fastest)
 		db, err := sql.Open(driver, dsn)
 		if err != nil {
@@ -547,7 +573,7 @@ func forwarderScenario(bdb benchDB, size *int, fastest bool) func(*gorm.DB, stri
 			err := fwd.Run(ctx)
 			_ = fwd.Close()
 			return err
-		}, done)
+		}, pub.done)
 	}
 }
 
