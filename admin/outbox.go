@@ -164,10 +164,11 @@ type Status struct {
 	// Healthy is true when there is no problem.
 	Healthy bool `json:"healthy"`
 	// Problems say what is unhealthy: dead events, an oldest pending event
-	// older than Config.MaxAge, due events waiting past Config.RelayTimeout
-	// while no relay is alive (Relays.Problem) and, with Config.WALSlot, a slot that is
-	// missing, invalidated or lagging past Config.MaxWALLag. Empty when
-	// healthy.
+	// older than Config.MaxAge (while an ordered relay is alive, not one it
+	// holds in line behind a scheduled event of its aggregate), due events
+	// waiting past Config.RelayTimeout while no relay is alive
+	// (Relays.Problem) and, with Config.WALSlot, a slot that is missing,
+	// invalidated or lagging past Config.MaxWALLag. Empty when healthy.
 	Problems []string `json:"problems"`
 }
 
@@ -198,7 +199,18 @@ func (o *Outbox) Status(ctx context.Context) (Status, error) {
 		s.Problems = append(s.Problems, plural(s.Total.Dead, "dead event"))
 	}
 	if age := s.Total.OldestPending(); o.cfg.MaxAge > 0 && age > o.cfg.MaxAge {
-		s.Problems = append(s.Problems, fmt.Sprintf("the oldest pending event is %s old, over %s", Age(age), o.cfg.MaxAge))
+		if s.Scheduled != nil && s.Scheduled.Count > 0 && s.Relays.ordered() {
+			// Ordered relays hold events in line behind scheduled events:
+			// those wait by design (store.Relay.OldestUnheld).
+			unheld, err := o.rel.OldestUnheld(ctx, o.db)
+			if err != nil {
+				return Status{}, fmt.Errorf("admin: status: %w", err)
+			}
+			age = unheld
+		}
+		if age > o.cfg.MaxAge {
+			s.Problems = append(s.Problems, fmt.Sprintf("the oldest pending event is %s old, over %s", Age(age), o.cfg.MaxAge))
+		}
 	}
 	if s.Relays != nil && s.Relays.Problem != "" {
 		s.Problems = append(s.Problems, s.Relays.Problem)

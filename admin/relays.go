@@ -67,6 +67,20 @@ func secs(d time.Duration) *float64 {
 	return &s
 }
 
+// ordered reports whether an ordered relay is alive: one holding partition
+// leases. False for nil.
+func (r *Relays) ordered() bool {
+	if r == nil {
+		return false
+	}
+	for _, in := range r.Instances {
+		if in.Alive && in.Partitions > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // LastSeen is LastSeenSeconds as a duration, and whether a relay was seen.
 func (r Relays) LastSeen() (time.Duration, bool) {
 	if r.LastSeenSeconds == nil {

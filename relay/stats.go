@@ -21,7 +21,12 @@ type Stats struct {
 	// Dead is the number of dead events, waiting to be requeued.
 	Dead int64
 	// OldestPending is the age of the oldest pending event (since its insert
-	// or, for a requeued event, its last requeue); 0 when none is pending.
+	// or, for a requeued event, its last requeue; a scheduled event counts
+	// only once due, from its due time); 0 when none is pending. In ordered
+	// mode it leaves out the events held in line behind a pending event of
+	// their aggregate scheduled in line (not Schedule.Apart): until that one
+	// is due they wait by design, and from then on it is counted itself,
+	// from its due time, for its whole line. They are counted in Pending.
 	OldestPending time.Duration
 	// Scheduled is the number of scheduled events (events.Schedule) not yet
 	// published and not dead, due or not; they are counted in Pending too.
@@ -77,6 +82,14 @@ func (r *Relay) stats(ctx context.Context) (Stats, store.Stats, error) {
 		Scheduled: st.Scheduled, NextScheduled: st.NextScheduled, Overdue: st.Overdue,
 		DeadTuples: st.DeadTuples, TableBytes: st.TableBytes,
 		OldestTransactionAge: st.OldestXact, OldestTransactionKnown: st.OldestXactKnown}
+	if r.cfg.Ordered && st.Scheduled > 0 {
+		// Events held in line behind a scheduled event wait by design.
+		age, err := r.st.OldestUnheld(ctx, r.db)
+		if err != nil {
+			return Stats{}, st, fmt.Errorf("relay: stats: %w", err)
+		}
+		s.OldestPending = age
+	}
 	s.Published, s.Failed, s.Died = r.m.published.Load(), r.m.failed.Load(), r.m.dead.Load()
 	return s, st, nil
 }

@@ -145,7 +145,8 @@ func isolations(d testkit.Dialect) []sql.IsolationLevel {
 }
 
 // The host-safety matrix: for every API that runs SQL inside the caller's
-// transaction, at every isolation level the database offers, with that
+// transaction, at every isolation level the database offers, by every GORM
+// path a transaction is begun by (txPaths), with that
 // transaction held open after the call, an unrelated save of an ordinary
 // event from another connection completes without waiting for it. On
 // SQLite a transaction holds the one write lock from its BEGIN (Herald's
@@ -212,22 +213,42 @@ func testHostUnrelatedSaveNeverWaits(t *testing.T, dl testkit.Dialect) {
 	}
 	for _, iso := range isolations(dl) {
 		t.Run(isoName(iso), func(t *testing.T) {
-			for _, c := range hostCalls() {
-				t.Run(c.name, func(t *testing.T) {
-					f := fixture(t)
-					tx := e.db.Begin(&sql.TxOptions{Isolation: iso})
-					must(t, tx.Error)
-					defer tx.Rollback()
-					// A read first, as a service's transaction mostly
-					// begins (at REPEATABLE READ it fixes the snapshot), of
-					// a table of its own: at MySQL's SERIALIZABLE the
-					// host's own reads lock what they read.
-					var n int64
-					must(t, tx.Model(&HostNote{}).Count(&n).Error)
-					if err := c.call(tx, f); err != nil {
-						t.Fatalf("%s: %v", c.name, err)
+			for _, path := range txPaths {
+				t.Run(path.name, func(t *testing.T) {
+					for _, c := range hostCalls() {
+						t.Run(c.name, func(t *testing.T) {
+							f := fixture(t)
+							made, release, ended := make(chan error, 1), make(chan struct{}), make(chan error, 1)
+							go func() {
+								ended <- path.run(e.db, &sql.TxOptions{Isolation: iso}, func(tx *gorm.DB) error {
+									// A read first, as a service's transaction
+									// mostly begins (at REPEATABLE READ it fixes
+									// the snapshot), of a table of its own: at
+									// MySQL's SERIALIZABLE the host's own reads
+									// lock what they read.
+									var n int64
+									err := tx.Model(&HostNote{}).Count(&n).Error
+									if err == nil {
+										err = c.call(tx, f)
+									}
+									made <- err
+									<-release
+									return errHostRollback
+								})
+							}()
+							if err := wait(t, made, 10*time.Second, c.name); err != nil {
+								close(release)
+								t.Fatalf("%s: %v", c.name, err)
+							}
+							check(t, heldBack(dl, iso, c), func() error {
+								close(release)
+								if err := <-ended; !errors.Is(err, errHostRollback) {
+									return err
+								}
+								return nil
+							})
+						})
 					}
-					check(t, heldBack(dl, iso, c), func() error { return tx.Rollback().Error })
 				})
 			}
 		})
@@ -274,6 +295,45 @@ func heldBack(d testkit.Dialect, iso sql.IsolationLevel, call hostCall) string {
 		return "MySQL's SERIALIZABLE reads lock the gaps they search"
 	}
 	return ""
+}
+
+// errHostRollback ends a matrix caller's transaction: rolled back.
+var errHostRollback = errors.New("the caller rolls back")
+
+// txPaths are the GORM paths a caller's transaction is begun by: Begin,
+// Transaction, a PrepareStmt session, a nested transaction (a savepoint)
+// and db.Connection's connection (a statement on it first, as a session
+// setting is). run runs fn in a transaction of the path at opts and
+// returns fn's error.
+var txPaths = []struct {
+	name string
+	run  func(db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) error
+}{
+	{"Begin", func(db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) error {
+		tx := db.Begin(opts)
+		if tx.Error != nil {
+			return tx.Error
+		}
+		defer tx.Rollback()
+		return fn(tx)
+	}},
+	{"Transaction", func(db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) error {
+		return db.Transaction(fn, opts)
+	}},
+	{"PrepareStmt", func(db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) error {
+		return db.Session(&gorm.Session{PrepareStmt: true}).Transaction(fn, opts)
+	}},
+	{"Savepoint", func(db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) error {
+		return db.Transaction(func(tx *gorm.DB) error { return tx.Transaction(fn) }, opts)
+	}},
+	{"Connection", func(db *gorm.DB, opts *sql.TxOptions, fn func(tx *gorm.DB) error) error {
+		return db.Connection(func(c *gorm.DB) error {
+			if err := c.Exec("SELECT 1").Error; err != nil {
+				return err
+			}
+			return c.Transaction(fn, opts)
+		})
+	}},
 }
 
 // isoName names an isolation level for a subtest ("default" for SQLite's).

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/admin"
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
@@ -20,6 +21,8 @@ var scheduleTests = []namedTest{
 	{"CancelAndMoveInTheCallersTransaction", testScheduleCancelMove},
 	{"OrderInLineAndApart", testScheduleOrder},
 	{"RetentionKeepsScheduled", testScheduleRetention},
+	{"UncommittedChangeHoldsOnlyItsAggregate", testScheduleUncommittedHoldsAggregate},
+	{"HeldInLineIsNotLate", testScheduleHeldNotLate},
 }
 
 // slowPoll is a poll interval no test waits for: what is published on time
@@ -252,4 +255,134 @@ func testScheduleRetention(t *testing.T, dl testkit.Dialect) {
 		t.Fatal("the scheduled event was cleaned up or published")
 	}
 	must(t, outboxhook.Cancel(e.db, uuid.MustParse(sched)))
+}
+
+// A cancel or move of an aggregate's scheduled event, in a transaction that
+// is still open when the event comes due by the committed rows, holds back
+// that aggregate's line only: an ordered relay publishes another aggregate's
+// events meanwhile. Once the transaction commits, the line resumes: a
+// cancelled event is never published, a moved one at its new time, and the
+// aggregate's later event after it. (SQLite has one writer: another
+// aggregate's event cannot be saved while the transaction is open.)
+func testScheduleUncommittedHoldsAggregate(t *testing.T, dl testkit.Dialect) {
+	if dl.SQL.OneWriter() {
+		t.Skip("one writer: another transaction cannot save while the cancel's is open")
+	}
+	for _, move := range []bool{false, true} {
+		t.Run(map[bool]string{false: "cancel", true: "move"}[move], func(t *testing.T) {
+			e := newRelayEnv(t, dl)
+			pub := testkit.NewGoChannel()
+			got := testkit.Consume(t, pub, depositedTopic)
+			e.run(e.relay(e.open(), pub, relay.Config{Ordered: true, PollInterval: 100 * time.Millisecond,
+				LeaseDuration: 3 * time.Second, PublishTimeout: time.Second}))
+			// The relay is running (its start makes the indexes it misses:
+			// DDL that would queue behind the open transaction below).
+			warm, err := e.writeOne(deposited)
+			must(t, err)
+			eventually(t, 10*time.Second, "the relay running", func() bool { return got.Count(warm) == 1 })
+			a := &Account{ID: uuid.New()}
+			key := "hold:" + a.ID.String()
+			a.Schedule(Deposited{AccountID: a.ID, Seq: 0}, events.After(1500*time.Millisecond).Keyed(key))
+			a.Record(Deposited{AccountID: a.ID, Seq: 1}) // in line behind it
+			recs := a.Records()
+			sched, later := recs[0].ID.String(), recs[1].ID.String()
+			must(t, e.db.Create(a).Error)
+			start := time.Now()
+
+			// Before it is due: cancelled (by id) or moved (by key) 6 s
+			// ahead, uncommitted, at the database's default isolation.
+			w := e.open()
+			must(t, w.Use(outboxhook.New(outboxhook.Config{})))
+			tx := w.Begin()
+			must(t, tx.Error)
+			defer tx.Rollback()
+			if move {
+				res, err := outboxhook.MoveKey(tx, key, events.After(6*time.Second))
+				must(t, err)
+				if res.Changed != 1 {
+					t.Fatalf("moved %d events, want 1", res.Changed)
+				}
+			} else {
+				must(t, outboxhook.Cancel(tx, recs[0].ID))
+			}
+			// The committed rows say it is due now: the relay's claims read it.
+			time.Sleep(time.Until(start.Add(2 * time.Second)))
+			b, err := e.writeOne(deposited)
+			must(t, err)
+			written := time.Now()
+			eventually(t, 3*time.Second, "another aggregate's event, while the transaction is open", func() bool { return got.Count(b) == 1 })
+			t.Logf("the other aggregate's event published %v after its save", got.FirstAt(b).Sub(written))
+			if got.Count(sched) != 0 || got.Count(later) != 0 {
+				t.Fatal("the held aggregate's events were published while its transaction was open")
+			}
+			must(t, tx.Commit().Error)
+			eventually(t, 15*time.Second, "the held aggregate's later event", func() bool { return got.Count(later) == 1 })
+			if move {
+				if got.Count(sched) != 1 {
+					t.Fatal("the moved event was not published before its aggregate's later event")
+				}
+				checkNotEarly(t, got, sched)
+				testkit.CheckOrder(t, map[uuid.UUID][]uuid.UUID{a.ID: {recs[0].ID, recs[1].ID}}, got)
+			} else {
+				time.Sleep(300 * time.Millisecond)
+				if got.Count(sched) != 0 {
+					t.Fatal("the cancelled event was published")
+				}
+			}
+		})
+	}
+}
+
+// An event an ordered relay holds in line behind its aggregate's scheduled
+// event, not due yet, waits by design: it is not late. The oldest pending
+// age (relay.Stats, the gauge) leaves it out in ordered mode; it is counted
+// in Pending; the admin's health (MaxAge) leaves it out while an ordered
+// relay is alive. An unordered relay holds nothing in line: there it is
+// late.
+func testScheduleHeldNotLate(t *testing.T, dl testkit.Dialect) {
+	forModes(t, func(t *testing.T, ordered bool) {
+		e := newRelayEnv(t, dl)
+		pub := testkit.NewGoChannel()
+		got := testkit.Consume(t, pub, depositedTopic)
+		r := e.relay(e.open(), pub, relay.Config{Ordered: ordered, PollInterval: 100 * time.Millisecond,
+			LeaseDuration: 3 * time.Second, PublishTimeout: time.Second})
+		if ordered { // an unordered relay would publish the held event
+			e.run(r)
+			warm, err := e.writeOne(deposited)
+			must(t, err)
+			eventually(t, 10*time.Second, "the relay running", func() bool { return got.Count(warm) == 1 })
+		}
+		a := &Account{ID: uuid.New()}
+		a.Schedule(Deposited{AccountID: a.ID, Seq: 0}, events.After(time.Hour)) // a reminder, in line
+		a.Record(Deposited{AccountID: a.ID, Seq: 1})
+		recs := a.Records()
+		must(t, e.db.Create(a).Error)
+		e.d.StampEvent(t, e.db, recs[1].ID, "created_at", 2*time.Hour) // saved long ago
+		time.Sleep(300 * time.Millisecond)                             // claims pass it by
+		s, err := r.Stats(t.Context())
+		must(t, err)
+		t.Logf("%s: pending %d, oldest pending %v", modeName(ordered), s.Pending, s.OldestPending)
+		op, err := admin.Open(t.Context(), e.db, admin.Config{MaxAge: time.Hour})
+		must(t, err)
+		st, err := op.Status(t.Context())
+		must(t, err)
+		if st.Healthy != ordered {
+			t.Fatalf("%s: admin status healthy = %v, problems %q", modeName(ordered), st.Healthy, st.Problems)
+		}
+		if s.Pending != 2 {
+			t.Fatalf("Pending = %d, want 2", s.Pending)
+		}
+		if !ordered {
+			if s.OldestPending < time.Hour {
+				t.Fatalf("unordered: OldestPending = %v, want about 2h (nothing is held in line)", s.OldestPending)
+			}
+			return
+		}
+		if s.OldestPending > time.Minute {
+			t.Fatalf("ordered: OldestPending = %v, want about 0: the event held in line behind a reminder not due is not late", s.OldestPending)
+		}
+		if got.Count(recs[1].ID.String()) != 0 {
+			t.Fatal("the event held in line was published")
+		}
+	})
 }

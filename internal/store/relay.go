@@ -125,6 +125,11 @@ type Relay interface {
 
 	// Stats counts pending, failing and dead events and the oldest pending age.
 	Stats(ctx context.Context, x Execer) (Stats, error)
+	// OldestUnheld is the oldest pending age without the events an ordered
+	// relay holds in line, behind a pending scheduled event of their
+	// aggregate (sqlkit.OldestUnheld): the age an ordered relay reports.
+	// Without scheduled events it is Stats' OldestPending.
+	OldestUnheld(ctx context.Context, x Execer) (time.Duration, error)
 	// NextDue returns how long, by the database's clock, until the earliest
 	// pending scheduled event that is not due yet comes due, and false when
 	// none waits. Retries and claims' leases are not counted: the relay

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 	"github.com/heraldgo/herald/internal/testkit/tb"
 )
 
@@ -16,6 +17,7 @@ var scheduleTests = []test{
 	{"RescheduleCountsTheRest", testScheduleCounts},
 	{"NextDueAndStats", testScheduleNextDueStats},
 	{"OrderedClaimConfirms", testScheduleOrderedConfirm},
+	{"StatsHeldInLine", testScheduleStatsHeld},
 }
 
 // scheduled inserts one event of aggregate ("account", aggID) scheduled by s.
@@ -227,12 +229,14 @@ func testScheduleNextDueStats(t tb.TB, e *env) {
 
 // An ordered claim reads without locks: a scheduled event that a writer
 // deleted (a cancel before it came due) in a transaction still open when the
-// claim reads is confirmed before it is returned, and the batch ends before
-// it, so no later event of its aggregate goes first.
+// claim reads is confirmed before it is returned, and held back with the
+// later events of its aggregate, so none goes first; another aggregate's
+// events are returned (they do not wait for that transaction).
 func testScheduleOrderedConfirm(t tb.TB, e *env) {
 	first := e.insert("t", "a", 1)[0]
 	sched := e.scheduled("a", store.Schedule{At: time.Now().Add(-time.Second)})
 	after := e.insert("t", "a", 1)[0]
+	other := e.insert("t", "b", 1)[0]
 	tx, err := e.db.BeginTx(e.ctx, e.drv.LockingTx())
 	must(t, err)
 	defer func() { _ = tx.Rollback() }()
@@ -247,9 +251,70 @@ func testScheduleOrderedConfirm(t tb.TB, e *env) {
 	}()
 	b := e.ordered(100, 1, []int32{0}, nil)
 	b.Close()
-	sameIDs(t, "ordered claim while the cancel is open", ids(b.Rows()), []string{first.ID})
+	sameIDs(t, "ordered claim while the cancel is open", ids(b.Rows()), []string{first.ID, other.ID})
 	must(t, <-done)
 	b = e.ordered(100, 1, []int32{0}, nil)
 	b.Close()
-	sameIDs(t, "ordered claim after the cancel", ids(b.Rows()), []string{first.ID, after.ID})
+	sameIDs(t, "ordered claim after the cancel", ids(b.Rows()), []string{first.ID, after.ID, other.ID})
+}
+
+// OldestUnheld leaves out the events an ordered relay holds in line: those
+// behind a pending event of their aggregate scheduled in line (Stats'
+// OldestPending counts them, for unordered relays). An event
+// before the scheduled one, another aggregate's, and one behind an event
+// scheduled apart (no aggregate) are not held. Once the scheduled event is
+// due it is counted itself, from its due time, for its line. More held
+// events than sqlkit.UnheldLimits' first, older than every other, are
+// looked past.
+func testScheduleStatsHeld(t tb.TB, e *env) {
+	unheld := func() time.Duration {
+		t.Helper()
+		age, err := e.rel.OldestUnheld(e.ctx, e.db)
+		must(t, err)
+		return age
+	}
+	before := e.insert("t", "a", 1)[0]
+	sched := e.scheduled("a", store.Schedule{After: time.Hour})
+	held := e.insert("t", "a", 2)
+	apart := e.scheduled("", store.Schedule{After: time.Hour})
+	other := e.insert("t", "b", 1)[0]
+	e.stamp(before.ID, "created_at", 20*time.Minute)
+	e.stamp(held[0].ID, "created_at", 3*time.Hour)
+	e.stamp(held[1].ID, "created_at", 3*time.Hour)
+	e.stamp(apart.ID, "created_at", 5*time.Hour) // not due: not late
+	e.stamp(other.ID, "created_at", 30*time.Minute)
+	s, err := e.rel.Stats(e.ctx, e.db)
+	must(t, err)
+	if s.Pending != 6 {
+		t.Fatalf("Stats = %+v, want 6 pending", s)
+	}
+	within(t, "OldestPending, the held events counted", s.OldestPending, 3*time.Hour)
+	within(t, "OldestUnheld", unheld(), 30*time.Minute)
+
+	// Nothing but held events: none late.
+	e.exec(`DELETE FROM `+e.q()+` WHERE id IN (?, ?)`, before.ID, other.ID)
+	if age := unheld(); age != 0 {
+		t.Fatalf("OldestUnheld = %v, want 0", age)
+	}
+	// More held events than the first look takes, older than another.
+	many := e.insert("t", "a", sqlkit.UnheldLimits[0]+10)
+	e.exec(`UPDATE `+e.q()+` SET created_at = (SELECT created_at FROM `+e.q()+` WHERE id = ?) WHERE aggregate_id = 'a' AND due_at IS NULL`, held[0].ID)
+	late := e.insert("t", "c", 1)[0]
+	e.stamp(late.ID, "created_at", 40*time.Minute)
+	s, err = e.rel.Stats(e.ctx, e.db)
+	must(t, err)
+	if s.Pending != int64(5+len(many)) {
+		t.Fatalf("Stats.Pending = %d, want %d", s.Pending, 5+len(many))
+	}
+	within(t, "OldestUnheld behind many held", unheld(), 40*time.Minute)
+
+	// The scheduled event came due 10 minutes ago: it counts from then.
+	e.exec(`DELETE FROM `+e.q()+` WHERE id = ?`, late.ID)
+	e.stamp(sched.ID, "created_at", 4*time.Hour)
+	e.stamp(sched.ID, "due_at", 10*time.Minute)
+	e.stamp(sched.ID, "available_at", 10*time.Minute)
+	s, err = e.rel.Stats(e.ctx, e.db)
+	must(t, err)
+	within(t, "OldestPending after the due time", s.OldestPending, 3*time.Hour)
+	within(t, "OldestUnheld after the due time, from it", unheld(), 10*time.Minute)
 }

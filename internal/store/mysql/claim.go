@@ -67,8 +67,9 @@ func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int) ([]
 // claimOrdered returns up to limit due events of the owned partitions, in
 // insertion order, leaving out those behind an earlier event of their
 // aggregate that waits for a retry. It reads without locks, then confirms
-// the batch's scheduled events (confirm), and ends the batch before the
-// first that a writer holds or changed.
+// the batch's scheduled events (confirm), and holds back those that a writer
+// holds or changed with the later events of their aggregates
+// (sqlkit.Confirm): the next claim reads them again.
 func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Row, error) {
 	if len(owned) == 0 {
 		return nil, nil

@@ -52,7 +52,7 @@ type relay struct {
 	sqlkit.Unpositioned // no claim position, no partitions
 	t                   ident.Table
 	q                   struct {
-		claimLocked, claimOrdered, stats, scheduled, nextDue, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
+		claimLocked, claimOrdered, stats, unheld, scheduled, nextDue, seqOf, requeue, deadSeqs, requeueSeqs, cleanup, fenceHeld string
 		// by fencing: [none, the partition leases]
 		markProcessed, markDelete, markFailed, recoverOutage [2]string
 		// the confirmation of an ordered batch's scheduled rows, by
@@ -142,6 +142,7 @@ WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0 AND o.avai
 	q.stats = rep.Replace(`SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN({since}), {now}),
   (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
 FROM {t} WHERE {pending}`)
+	q.unheld = rep.Replace(unheldSQL)
 	q.scheduled, q.nextDue = rep.Replace(scheduledStatsSQL), rep.Replace(nextDueSQL)
 	for i, share := range [2]string{shareSkipMySQL, shareSkipMariaDB} {
 		q.confirm[i] = strings.Replace(rep.Replace(confirmSQL), "{share}", share, 1)

@@ -196,23 +196,25 @@ WHERE {pending}`)
 func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.RescheduleParams) (store.RescheduleResult, error) {
 	var res store.RescheduleResult
 	type named struct {
-		by   int
-		args []any
+		by    int
+		args  []any
+		found []int64 // what find returned
 	}
 	var names []named
 	if p.ID != "" {
-		names = append(names, named{byID, []any{p.ID}})
+		names = append(names, named{by: byID, args: []any{p.ID}})
 	}
 	if p.Key != "" {
-		names = append(names, named{byKey, []any{p.Key, p.Key}})
+		names = append(names, named{by: byKey, args: []any{p.Key, p.Key}})
 	}
 	var found []int64
 	seen := map[int64]bool{}
-	for _, n := range names {
+	for i, n := range names {
 		got, err := sqlkit.Column[int64](ctx, x, o.q.resched.find[n.by], n.args...)
 		if err != nil {
 			return res, o.rescheduleError(err)
 		}
+		names[i].found = got
 		for _, s := range got {
 			if !seen[s] {
 				seen[s] = true
@@ -247,6 +249,13 @@ func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.Resched
 	}
 	counted := map[int64]bool{}
 	for _, n := range names {
+		if n.by == byID && len(n.found) == 1 && changed[n.found[0]] {
+			// The one event of the id was changed: nothing is left to
+			// count. Not read again: at SERIALIZABLE that read would lock
+			// the gap above a row this transaction deleted, where the next
+			// ids go when it had the newest.
+			continue
+		}
 		left, err := sqlkit.Collect(ctx, x, o.q.resched.state[n.by], n.args, func(rows *sql.Rows) (rowState, error) {
 			var s rowState
 			return s, rows.Scan(&s.seq, &s.processed, &s.dead)

@@ -321,8 +321,10 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 		done.waiting = &w
 	}
 	r.pos.orderedDone(st, owned, done)
-	// Rows cut here were claimed as far as the position goes: left neither
-	// published nor failed, they lower it at the next claim.
+	// Rows held back here (a scheduled event a writer holds, and the later
+	// events of its aggregate) were claimed as far as the position goes:
+	// left neither published nor failed, they lower it at the next claim,
+	// which reads them again; the other aggregates' rows are returned.
 	return sqlkit.Confirm(ctx, x, sorted, func(sched []store.Row) (string, []any) {
 		ids := make([]string, len(sched))
 		for i, c := range sched {

@@ -53,7 +53,7 @@ type relay struct {
 	claims claimQueries
 	marks  markQueries
 	q      struct {
-		recoverOutage, recoverOwned, stats, scheduled, nextDue, storage, requeue, requeueAll, cleanup, cleanupDefault string
+		recoverOutage, recoverOwned, stats, unheld, scheduled, nextDue, storage, requeue, requeueAll, cleanup, cleanupDefault string
 	}
 	leases leases
 	pos    *position // where claims start
@@ -85,6 +85,7 @@ SELECT count(*) FROM u`
 FROM (SELECT count(*) AS n, count(*) FILTER (WHERE attempts > 0) AS failing,
         extract(epoch FROM now() - min({since})) AS age
       FROM {t} WHERE {pending}) AS p`)
+	q.unheld = rep.Replace(unheldSQL)
 	q.scheduled, q.nextDue = rep.Replace(scheduledStatsSQL), rep.Replace(nextDueSQL)
 	q.storage = storageSQL
 	q.requeue = rep.Replace(`UPDATE {t} SET {set}

@@ -45,6 +45,24 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 	return s, nil
 }
 
+// OldestUnheld is the oldest pending age an ordered relay reports
+// (sqlkit.OldestUnheld, unheldSQL).
+func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration, error) {
+	return sqlkit.OldestUnheld(ctx, x, r.q.unheld, nil)
+}
+
+// unheldSQL is sqlkit.OldestUnheld's statement: of the $1 due pending
+// events that have waited longest ({since}), the age of the oldest not held
+// in line (behind a pending scheduled event of its aggregate), through the
+// aggregate index, and how many it looked at.
+const unheldSQL = `SELECT (extract(epoch FROM now() - min(y.since) FILTER (WHERE NOT y.held)) * 1000000)::bigint, count(*)
+FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s
+        WHERE s.aggregate_type = x.aggregate_type AND s.aggregate_id = x.aggregate_id AND s.seq < x.seq
+          AND s.processed_at IS NULL AND s.dead_at IS NULL AND s.due_at IS NOT NULL) AS held
+      FROM (SELECT {since} AS since, o.aggregate_type, o.aggregate_id, o.seq FROM {t} o
+            WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND (o.due_at IS NULL OR o.due_at <= now())
+            ORDER BY 1 LIMIT $1) x) y`
+
 // storageSQL reads, for the outbox ($1, summed over its partitions if it has
 // any): PostgreSQL's estimate of its dead row versions and its size with
 // indexes and TOAST; whether this role sees every session's transaction

@@ -96,8 +96,8 @@ func (r *relay) unlease(ctx context.Context, x store.Execer, keys []sqlkit.Key) 
 
 // claimOrdered returns up to limit due events of the owned partitions, in
 // insertion order, leaving out those behind an earlier event of their
-// aggregate that waits for a retry, and ending before the first scheduled
-// event that confirm did not find still due.
+// aggregate that waits for a retry, and without the scheduled events that
+// confirm did not find still due nor the later events of their aggregates.
 func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32) ([]store.Row, error) {
 	if len(owned) == 0 {
 		return nil, nil
@@ -112,11 +112,11 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	return r.confirm(ctx, x, rows)
 }
 
-// confirm returns rows (in seq order) up to the first scheduled one that is
-// no longer pending and due once the transactions writing it have ended (a
-// Reschedule that cancelled or moved it after the claim's read): that row
-// and every later one are left for the next claim, which reads them again
-// (sqlkit.Confirm). It writes only when a row is scheduled.
+// confirm returns rows (in seq order) without the scheduled ones that are no
+// longer pending and due once the transactions writing them have ended (a
+// Reschedule that cancelled or moved one after the claim's read): such a row
+// and every later row of its aggregate are left for the next claim, which
+// reads them again (sqlkit.Confirm). It writes only when a row is scheduled.
 func (r *relay) confirm(ctx context.Context, x store.Execer, rows []store.Row) ([]store.Row, error) {
 	out, err := sqlkit.Confirm(ctx, x, rows, func(sched []store.Row) (string, []any) {
 		seqs := make([]int64, len(sched))

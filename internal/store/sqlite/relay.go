@@ -32,8 +32,8 @@ type relay struct {
 	sqlkit.Unpositioned // no claim position, no partitions
 	t                   ident.Table
 	q                   struct {
-		dueLeased, claimLeased, claimOrdered, confirm, stats, nextDue, requeue, requeueAll, cleanup, fenceHeld string
-		recoverOutage                                                                                          [2]string // [unfenced, fenced]
+		dueLeased, claimLeased, claimOrdered, confirm, stats, unheld, nextDue, requeue, requeueAll, cleanup, fenceHeld string
+		recoverOutage                                                                                                  [2]string // [unfenced, fenced]
 		// by fencing: [none, the claim's lease, the partition leases]
 		markDelete, markProcessed, markFailed [3]string
 		unlease                               string
@@ -134,6 +134,7 @@ WHERE {pending} AND attempts > 0 AND available_at > {now} AND last_failed_at >= 
   (SELECT min(due_at) - {now} FROM {t} WHERE due_at > {now} AND {pending}),
   (SELECT {now} - min(due_at) FROM {t} WHERE due_at IS NOT NULL AND due_at <= {now} AND {pending})
 FROM {t} WHERE {pending}`)
+	q.unheld = rep.Replace(unheldSQL)
 	// The earliest pending scheduled event not due yet, through the
 	// scheduled index (due_at, of the pending scheduled events).
 	q.nextDue = rep.Replace(`SELECT min(due_at) - {now} FROM {t} WHERE due_at IS NOT NULL AND {pending} AND due_at > {now}`)

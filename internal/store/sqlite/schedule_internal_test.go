@@ -305,8 +305,8 @@ func TestNextDueAndStats(t *testing.T) {
 }
 
 // The ordered claim reads without locks: a scheduled event that a Reschedule
-// cancelled or moved after the read is found by confirm, which cuts the batch
-// before it.
+// cancelled or moved after the read is found by confirm, which leaves it and
+// its aggregate's later events out of the batch.
 func TestOrderedClaimConfirmsScheduledEvents(t *testing.T) {
 	t.Parallel()
 	e := newSchedEnv(t)
@@ -317,18 +317,20 @@ func TestOrderedClaimConfirmsScheduledEvents(t *testing.T) {
 		return rows
 	}
 	p1, s2, p3, s4 := event(store.Schedule{}), event(store.Schedule{Key: "s2"}), event(store.Schedule{}), event(store.Schedule{Key: "s4"})
+	p3.AggregateID = s2.AggregateID // in line behind s2
 	e.insert(p1, s2, p3, s4)
 	rows := claim()
 	if len(rows) != 4 || rows[0].Scheduled || !rows[1].Scheduled || rows[2].Scheduled || !rows[3].Scheduled {
 		t.Fatalf("ordered claim: %+v, want the 4 rows, the 2nd and 4th scheduled", rows)
 	}
 
-	// Deleted after the read: the batch ends before it.
+	// Deleted after the read: it and its aggregate's later event are left
+	// out, the other aggregates' rows kept.
 	e.exec(`DELETE FROM `+e.tbl.Quoted()+` WHERE id = ?`, s2.ID)
 	got, err := e.r.confirm(e.ctx, e.db, rows)
 	e.must(err)
-	if len(got) != 1 || got[0].ID != p1.ID {
-		t.Fatalf("confirm after a delete kept %d rows, want p1 alone", len(got))
+	if len(got) != 2 || got[0].ID != p1.ID || got[1].ID != s4.ID {
+		t.Fatalf("confirm after a delete kept %d rows, want p1, s4", len(got))
 	}
 	// Moved after the read (not due any more).
 	rows = claim()
@@ -348,6 +350,7 @@ func TestOrderedClaimWaitsForReschedule(t *testing.T) {
 	t.Parallel()
 	e := newSchedEnv(t)
 	ev, after := event(store.Schedule{After: 300 * time.Millisecond, Key: "s"}), event(store.Schedule{})
+	after.AggregateID = ev.AggregateID // in line behind ev
 	e.insert(ev, after)
 	tx, err := e.db.BeginTx(e.ctx, nil)
 	e.must(err)

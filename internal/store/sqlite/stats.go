@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Stats counts pending, failing, dead and scheduled events, with the oldest
@@ -34,3 +35,21 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 func micros(us sql.NullInt64) time.Duration {
 	return time.Duration(us.Int64) * time.Microsecond
 }
+
+// OldestUnheld is the oldest pending age an ordered relay reports
+// (sqlkit.OldestUnheld, unheldSQL).
+func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration, error) {
+	return sqlkit.OldestUnheld(ctx, x, r.q.unheld, -1)
+}
+
+// unheldSQL is sqlkit.OldestUnheld's statement: of the first due pending
+// events that have waited longest ({since}), the age of the oldest not held
+// in line (behind a pending scheduled event of its aggregate), through the
+// aggregate index, and how many it looked at.
+const unheldSQL = `SELECT {now} - min(CASE WHEN NOT y.held THEN y.since END), count(*)
+FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s
+        WHERE s.aggregate_type = x.aggregate_type AND s.aggregate_id = x.aggregate_id AND s.seq < x.seq
+          AND s.processed_at IS NULL AND s.dead_at IS NULL AND s.due_at IS NOT NULL) AS held
+      FROM (SELECT {since} AS since, o.aggregate_type, o.aggregate_id, o.seq FROM {t} o
+            WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND (o.due_at IS NULL OR o.due_at <= {now})
+            ORDER BY 1 LIMIT ?) x) y`
