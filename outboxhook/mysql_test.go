@@ -4,7 +4,6 @@ package outboxhook_test
 // tests now import nothing above the store).
 
 import (
-	"database/sql"
 	"errors"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/mysqltest"
+	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
 )
 
@@ -46,15 +46,7 @@ func TestUpsertDoNothingRefused(t *testing.T) {
 			if !found {
 				dsn = strings.Replace(dsn, "clientFoundRows=true", "clientFoundRows=false", 1)
 			}
-			sqlDB, err := sql.Open("mysql", dsn)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = sqlDB.Close() })
-			db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
-			if err != nil {
-				t.Fatal(err)
-			}
+			db := testkit.OpenMySQLOnConn(t, dsn)
 			if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
 				t.Fatal(err)
 			}

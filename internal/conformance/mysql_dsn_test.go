@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"net/url"
 	"os"
@@ -59,16 +58,7 @@ func checkLoc(t *testing.T, dsn string, refused bool) {
 // which shows no DSN.
 func checkLocConn(t *testing.T, dsn string, refused bool) {
 	t.Helper()
-	sqlDB, err := sql.Open("mysql", dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = sqlDB.Close() })
-	db, err := gorm.Open(gormmysql.New(gormmysql.Config{Conn: sqlDB}), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkLocOf(t, db, refused)
+	checkLocOf(t, testkit.OpenMySQLOnConn(t, dsn), refused)
 }
 
 func checkLocOf(t *testing.T, db *gorm.DB, refused bool) {

@@ -1,6 +1,8 @@
 package testkit
 
 import (
+	"database/sql"
+
 	"gorm.io/driver/mysql"
 	"gorm.io/gorm"
 
@@ -31,4 +33,22 @@ var MySQL = Dialect{
 		return db
 	},
 	SQL: testsql.MySQL{},
+}
+
+// OpenMySQLOnConn opens GORM on an existing *sql.DB of dsn (a dialector with
+// no DSN of its own, as a service that hands GORM its pool has), quiet,
+// both closed at the test's end.
+func OpenMySQLOnConn(t tb.TB, dsn string) *gorm.DB {
+	t.Helper()
+	sqlDB, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatalf("testkit: open %s: %v", dsn, err)
+	}
+	db, err := gorm.Open(mysql.New(mysql.Config{Conn: sqlDB}), quietConfig(nil))
+	if err != nil {
+		_ = sqlDB.Close()
+		t.Fatalf("testkit: open GORM on %s: %v", dsn, err)
+	}
+	closeAtCleanup(t, db)
+	return db
 }

@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -24,7 +25,7 @@ const (
 func benchMessages(n int) []*message.Message {
 	msgs := make([]*message.Message, n)
 	for i := range msgs {
-		msgs[i] = msg("agg-"+itoa(i%1000), i)
+		msgs[i] = msg("agg-"+strconv.Itoa(i%1000), i)
 	}
 	return msgs
 }

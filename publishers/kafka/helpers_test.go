@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,7 +47,7 @@ func newPublisher(t testing.TB, c *kfake.Cluster, opts ...kgo.Opt) *kafka.Publis
 // empty), with its Seq as payload.
 func msg(agg string, seq int) *message.Message {
 	id := uuid.New().String()
-	m := message.NewMessage(id, []byte(strings.Repeat("x", 64)+"#"+itoa(seq)))
+	m := message.NewMessage(id, []byte(strings.Repeat("x", 64)+"#"+strconv.Itoa(seq)))
 	m.Metadata.Set(events.MetaID, id)
 	m.Metadata.Set(events.MetaType, "account.deposited")
 	if agg != "" {
@@ -54,18 +55,6 @@ func msg(agg string, seq int) *message.Message {
 		m.Metadata.Set(events.MetaAggregateID, agg)
 	}
 	return m
-}
-
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{digits[i%10]}, b...)
-	}
-	return string(b)
 }
 
 // consume reads topic from the start with franz-go until it holds n records

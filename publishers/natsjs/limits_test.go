@@ -3,6 +3,7 @@ package natsjs_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -56,7 +57,7 @@ func TestMaxPayloadBytesLeavesRoomForHeaders(t *testing.T) {
 	m.Payload = make([]byte, limit)
 	// Metadata of about MaxMetadataBytes as JSON, and the Herald keys at their longest.
 	for i := range 60 {
-		m.Metadata.Set("k"+itoa(i), strings.Repeat("v", 1000))
+		m.Metadata.Set("k"+strconv.Itoa(i), strings.Repeat("v", 1000))
 	}
 	for _, k := range []string{"herald_id", "herald_type", "herald_aggregate_type", "herald_aggregate_id", "herald_version", "herald_occurred_at", "herald_topic"} {
 		m.Metadata.Set(k, strings.Repeat("t", outboxhook.MaxFieldLength))
@@ -88,18 +89,6 @@ func TestOverMaxPayloadSaysWhatToSet(t *testing.T) {
 			t.Fatalf("message %d: %v, want it to name max_payload and outboxhook.Config.MaxPayloadBytes", i, err)
 		}
 	}
-}
-
-func itoa(i int) string {
-	const digits = "0123456789"
-	if i == 0 {
-		return "0"
-	}
-	var b []byte
-	for ; i > 0; i /= 10 {
-		b = append([]byte{digits[i%10]}, b...)
-	}
-	return string(b)
 }
 
 // With AutoProvision, a topic that a stream of another name already captures

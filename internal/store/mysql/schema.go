@@ -135,24 +135,8 @@ func lockSchema(ctx context.Context, x store.Execer, t ident.Table) (store.Exece
 		name string
 		got  sql.NullInt64
 	)
-	err := func() error {
-		rows, err := on.QueryContext(ctx, `SELECT n.name, GET_LOCK(n.name, ?) FROM (SELECT `+schemaLockName+` AS name) n`,
-			int(SchemaLockWait/time.Second), db)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = rows.Close() }()
-		if !rows.Next() {
-			if err := rows.Err(); err != nil {
-				return err
-			}
-			return sql.ErrNoRows
-		}
-		if err := rows.Scan(&name, &got); err != nil {
-			return err
-		}
-		return rows.Close()
-	}()
+	err := sqlkit.QueryRow(ctx, on, `SELECT n.name, GET_LOCK(n.name, ?) FROM (SELECT `+schemaLockName+` AS name) n`,
+		[]any{int(SchemaLockWait / time.Second), db}, &name, &got)
 	switch {
 	case err != nil:
 		err = fmt.Errorf("take the schema lock: %w", err)
