@@ -12,8 +12,13 @@ import (
 // DefaultTable is the outbox table's default name, "outbox_messages".
 const DefaultTable = store.DefaultOutbox
 
-// DefaultMaxPayloadBytes is the default limit on an encoded payload: 1 MiB.
-const DefaultMaxPayloadBytes = 1 << 20
+// DefaultMaxPayloadBytes is the default limit on an encoded payload: 978,944
+// bytes (956 KiB), 1 MiB less 68 KiB. The brokers' defaults bound a
+// message's payload and headers together at about 1 MiB (NATS's max_payload,
+// Kafka's max.message.bytes), and the headers (the metadata, at most
+// [MaxMetadataBytes], Herald's keys, the message id) take up to 68 KiB: an
+// event the save accepts with every default is never refused by them.
+const DefaultMaxPayloadBytes = 1<<20 - 68<<10
 
 // DefaultWALPrefix is the default [Config].WALPrefix: "herald".
 const DefaultWALPrefix = store.DefaultWALPrefix
@@ -76,7 +81,7 @@ type Config struct {
 	// MaxPayloadBytes is the largest encoded payload accepted, at most
 	// [MaxPayloadLimit]; it bounds the encoded metadata too, with
 	// [MaxMetadataBytes]. A larger payload or metadata fails the save with
-	// [ErrPayloadTooLarge], on every database alike. Defaults to 1 MiB
+	// [ErrPayloadTooLarge], on every database alike. Defaults to 956 KiB
 	// (DefaultMaxPayloadBytes).
 	MaxPayloadBytes int
 	// DisableAutoCreate, when true, never creates the outbox table: it must

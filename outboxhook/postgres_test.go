@@ -42,7 +42,7 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := outboxhook.New(outboxhook.Config{}).Config()
-	if c.Table != "outbox_messages" || c.MaxPayloadBytes != 1<<20 || c.Codec == nil || c.Topic == nil {
+	if c.Table != "outbox_messages" || c.MaxPayloadBytes != outboxhook.DefaultMaxPayloadBytes || c.Codec == nil || c.Topic == nil {
 		t.Fatalf("defaults = %+v", c)
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/heraldgo/herald/outboxhook"
 	"github.com/heraldgo/herald/publishers/kafka"
 	"github.com/heraldgo/herald/relay"
 )
@@ -111,9 +110,9 @@ func TestContract(t *testing.T) {
 			createTopic(t, c, "small", 1, map[string]string{"max.message.bytes": "4000"})
 			return publish(t, newPublisher(t, c), "small", sized("a", 0, 6000))
 		}},
-		{"too large alone (the topic's default max.message.bytes, a payload at the write path's default limit)", refused, kerr.MessageTooLarge, func(t *testing.T) []error {
+		{"too large alone (the topic's default max.message.bytes, a payload of 1 MiB)", refused, kerr.MessageTooLarge, func(t *testing.T) []error {
 			c := newCluster(t, "orders")
-			return publish(t, newPublisher(t, c), "orders", sized("a", 0, outboxhook.DefaultMaxPayloadBytes))
+			return publish(t, newPublisher(t, c), "orders", sized("a", 0, 1<<20))
 		}},
 		{"over a limit of the client (kgo.ProducerBatchMaxBytes set below the record)", outage, kafka.ErrClientLimit, func(t *testing.T) []error {
 			c := newCluster(t, "orders")

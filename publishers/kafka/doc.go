@@ -89,10 +89,10 @@
 // alone, up to DefaultRecordMaxBytes (the write path's largest payload
 // setting with its metadata). Whether it is too large is then the topic's
 // max.message.bytes to say: over it, the brokers refuse it, and that is the
-// record's own. With Kafka's default (1,048,588 bytes), a payload at the
-// write path's default limit (outboxhook.DefaultMaxPayloadBytes, 1 MiB) is
-// refused once its key and headers are added: raise the topic's
-// max.message.bytes, or lower outboxhook.Config.MaxPayloadBytes.
+// record's own. Kafka's default (1,048,588 bytes) takes a payload at the
+// write path's default limit (outboxhook.DefaultMaxPayloadBytes, 956 KiB)
+// with the most metadata it accepts; a write path set to accept more needs
+// the topic's max.message.bytes raised as much.
 //
 // A topic missing, or not writable by this client, refuses every record
 // alike, and an operator's fix publishes them all: killing its events would

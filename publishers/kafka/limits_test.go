@@ -2,6 +2,7 @@ package kafka_test
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -28,6 +29,23 @@ func TestDefaultsPublishWhatTheWritePathAccepts(t *testing.T) {
 		}
 	}
 	consumeDistinct(t, c, "orders", 2, 10*time.Second)
+}
+
+// The write path's default payload limit leaves room for the headers under
+// the topic's default max.message.bytes: a payload at that limit with the
+// most metadata the save accepts is published with every default.
+func TestDefaultPayloadLimitWithMostMetadataFitsTheDefaultTopic(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, "orders")
+	m := sized("a", 0, outboxhook.DefaultMaxPayloadBytes)
+	for i := range 60 { // about outboxhook.MaxMetadataBytes as JSON
+		m.Metadata.Set("k"+strconv.Itoa(i), strings.Repeat("v", 1000))
+	}
+	for i, err := range publish(t, newPublisher(t, c), "orders", m) {
+		if err != nil {
+			t.Fatalf("record %d: %v, want it published", i, err)
+		}
+	}
 }
 
 // A topic set to take the write path's largest default payload takes it: the

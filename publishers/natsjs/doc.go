@@ -51,10 +51,11 @@
 //	anything else                   any other error, any other API error code        outage
 //
 // The server's max_payload bounds a message's payload and headers together,
-// and is 1 MiB by default, as the write path's default payload limit
-// (outboxhook.DefaultMaxPayloadBytes): a payload the save accepted can be
-// over it once its headers are added, and is then refused at every
-// publish. Set outboxhook.Config.MaxPayloadBytes to Publisher.MaxPayloadBytes
+// and is 1 MiB by default: the write path's default payload limit
+// (outboxhook.DefaultMaxPayloadBytes, 956 KiB) leaves HeaderAllowance for
+// the headers. A server with a smaller max_payload, or a write path set to
+// accept more, can have a payload the save accepted refused at every
+// publish: set outboxhook.Config.MaxPayloadBytes to Publisher.MaxPayloadBytes
 // (max_payload less HeaderAllowance) or less, or raise the server's
 // max_payload, so that the save refuses what the server would.
 //

@@ -50,6 +50,9 @@ func TestMaxPayloadBytesLeavesRoomForHeaders(t *testing.T) {
 	if want := int(nc.MaxPayload()) - natsjs.HeaderAllowance; limit != want {
 		t.Fatalf("MaxPayloadBytes %d, want max_payload %d less %d", limit, nc.MaxPayload(), natsjs.HeaderAllowance)
 	}
+	if nc.MaxPayload() == 1<<20 && limit < outboxhook.DefaultMaxPayloadBytes {
+		t.Fatalf("with the server's default max_payload, MaxPayloadBytes %d is below the write path's default %d", limit, outboxhook.DefaultMaxPayloadBytes)
+	}
 	if natsjs.HeaderAllowance < outboxhook.MaxMetadataBytes {
 		t.Fatalf("HeaderAllowance %d is below outboxhook.MaxMetadataBytes %d", natsjs.HeaderAllowance, outboxhook.MaxMetadataBytes)
 	}

@@ -227,8 +227,9 @@ func NATSMessage(topic string, m *message.Message) (*nats.Msg, error) {
 
 // MaxPayloadBytes is the largest payload the Publisher can publish with the
 // most metadata the write path accepts: the server's max_payload (which
-// bounds a message's payload and headers together: 1 MiB by default, as
-// outboxhook.DefaultMaxPayloadBytes) less HeaderAllowance. Set
+// bounds a message's payload and headers together: 1 MiB by default, of
+// which outboxhook.DefaultMaxPayloadBytes leaves HeaderAllowance) less
+// HeaderAllowance. Set
 // outboxhook.Config.MaxPayloadBytes to it, or less, so that the write path
 // refuses at save what the server would refuse at every publish (a message
 // over max_payload wraps publish.ErrRejected: it dies after MaxAttempts). It
