@@ -2,6 +2,9 @@ package aggregate_test
 
 import (
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/heraldgo/herald/aggregate"
 	"github.com/heraldgo/herald/events"
@@ -48,5 +51,43 @@ func TestCopyByValue(t *testing.T) {
 	}
 	if a.Records()[0].ID != b.Records()[0].ID {
 		t.Fatal("the shared event has two ids")
+	}
+}
+
+// Cancels and moves are recorded in order, apart from the events; an empty
+// key or a nil id records nothing; nothing is reported before a commit.
+func TestRecordReschedules(t *testing.T) {
+	var a Account
+	id := uuid.New()
+	a.Schedule(Paid{1}, events.After(time.Hour).Keyed("k"))
+	a.CancelKey("k")
+	a.Cancel(id)
+	a.MoveKey("m", events.After(time.Minute))
+	a.Move(id, events.Schedule{})
+	a.CancelKey("")
+	a.Cancel(uuid.Nil)
+	if len(a.Events()) != 1 || len(a.Records()) != 1 {
+		t.Fatalf("events = %v", a.Events())
+	}
+	want := []aggregate.Reschedule{
+		{Key: "k", Cancel: true},
+		{ID: id, Cancel: true},
+		{Key: "m", To: events.After(time.Minute)},
+		{ID: id},
+	}
+	got := a.Reschedules()
+	if len(got) != len(want) {
+		t.Fatalf("Reschedules() = %+v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("Reschedules()[%d] = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+	if a.Rescheduled() != nil {
+		t.Fatal("outcomes before any save")
+	}
+	if !(aggregate.Rescheduled{}).Unknown() || (aggregate.Rescheduled{Due: 1}).Unknown() {
+		t.Fatal("Unknown")
 	}
 }

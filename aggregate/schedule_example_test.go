@@ -34,6 +34,19 @@ func (o *Order) Place() {
 
 // README:end
 
+type OrderPaid struct{ OrderID uuid.UUID }
+
+func (OrderPaid) EventType() string { return "order.paid" }
+
+// README:pay
+func (o *Order) Pay() {
+	o.Status = "paid"
+	o.Record(OrderPaid{OrderID: o.ID})
+	o.CancelKey("reminder:" + o.ID.String()) // in the transaction that saves the payment
+}
+
+// README:end
+
 // An aggregate schedules an event from its method: saved with the order, and
 // published 24 hours later unless cancelled by its key before then.
 func ExampleRoot_Schedule() {
@@ -45,4 +58,22 @@ func ExampleRoot_Schedule() {
 	// Output:
 	// order.placed 0s true
 	// order.payment_reminder 24h0m0s false
+}
+
+// An aggregate cancels what it scheduled from its method, as it records
+// events: the save that writes the payment cancels the reminder, in its
+// transaction. After the commit, Rescheduled says what each cancel did.
+func ExampleRoot_CancelKey() {
+	o := &Order{ID: uuid.MustParse("0192f0c8-0000-7000-8000-000000000042")}
+	o.Place()
+	// db.Create(o): the order, order.placed and the reminder
+	o.Pay()
+	for _, c := range o.Reschedules() { // recorded, not yet saved
+		fmt.Println(c.Key, c.Cancel)
+	}
+	// db.Save(o): the order, order.paid and the cancel commit together; then
+	// o.Rescheduled()[0].Changed is 1, or Published, Due or Dead is, for a
+	// reminder too late to cancel (the save does not fail for it).
+	// Output:
+	// reminder:0192f0c8-0000-7000-8000-000000000042 true
 }

@@ -116,7 +116,11 @@ func (p *Plugin) prepare(o op) func(db *gorm.DB) {
 		ctxMD := contextMetadata(db.Statement.Context)
 		for _, r := range roots {
 			entries := r.list.Pending()
-			if len(entries) == 0 {
+			if !hasEvents(entries) {
+				if err := p.checkChanges(entries); err != nil {
+					db.AddError(err)
+					return
+				}
 				continue
 			}
 			if err := p.checkIDAvailable(db, r); err != nil {
@@ -124,6 +128,13 @@ func (p *Plugin) prepare(o op) func(db *gorm.DB) {
 				return
 			}
 			for _, e := range entries {
+				if e.Change != nil {
+					if err := p.checkChanges([]*recorded.Entry{e}); err != nil {
+						db.AddError(err)
+						return
+					}
+					continue
+				}
 				enc, err := p.encode(e.Record, ctxMD)
 				if err != nil {
 					db.AddError(err)
@@ -136,7 +147,11 @@ func (p *Plugin) prepare(o op) func(db *gorm.DB) {
 }
 
 // write runs after the model's After hooks, before GORM commits: it inserts the
-// pending events of the aggregates the statement wrote, in one statement.
+// pending events of the aggregates the statement wrote, in one statement, and
+// applies their pending cancels and moves. An aggregate's entries go in the
+// order recorded: a cancel or move is applied after the events recorded
+// before it are inserted (a cancel of a key scheduled in the same save
+// cancels it), and before those recorded after it.
 func (p *Plugin) write(db *gorm.DB) {
 	if db.Error != nil || db.DryRun {
 		return
@@ -152,28 +167,47 @@ func (p *Plugin) write(db *gorm.DB) {
 	}
 	ctxMD := contextMetadata(db.Statement.Context)
 	var (
+		steps   []step // batches of events and the changes between them, in order
 		b       batch
+		batched []*recorded.Entry // the entries of b
 		written []*recorded.Entry
+		nEvents int
 		locks   []int64
 		holders int
 	)
+	flush := func() {
+		if len(batched) > 0 {
+			steps = append(steps, step{b: b, entries: batched})
+			b, batched = batch{}, nil
+		}
+	}
 	for _, r := range st.roots {
 		entries := r.list.Pending()
 		if len(entries) == 0 {
 			continue
 		}
 		holders++
-		aggType, aggID, err := p.identify(db, r)
-		if err != nil {
-			p.fail(db, err)
-			return
-		}
-		if r.serialize() {
-			locks = append(locks, aggregateLockKey(aggType, aggID))
+		var aggType, aggID string
+		if hasEvents(entries) {
+			var err error
+			if aggType, aggID, err = p.identify(db, r); err != nil {
+				p.fail(db, err)
+				return
+			}
+			if r.serialize() {
+				locks = append(locks, aggregateLockKey(aggType, aggID))
+			}
 		}
 		for _, e := range entries {
+			if e.Change != nil {
+				flush()
+				steps = append(steps, step{change: e})
+				written = append(written, e)
+				continue
+			}
 			enc, ok := st.encoded[e]
 			if !ok { // recorded by a hook, after prepare
+				var err error
 				if enc, err = p.encode(e.Record, ctxMD); err != nil {
 					p.fail(db, err)
 					return
@@ -186,14 +220,17 @@ func (p *Plugin) write(db *gorm.DB) {
 			}
 			env.Topic = p.cfg.Topic(&env)
 			b.add(env, enc)
+			batched = append(batched, e)
 			written = append(written, e)
+			nEvents++
 		}
 	}
+	flush()
 	if len(written) == 0 {
 		return
 	}
 	if st.blind { // events recorded by a hook, after prepare
-		p.fail(db, fmt.Errorf("%w (%d events recorded by a hook)", ErrAmbiguousUpsert, len(written)))
+		p.fail(db, fmt.Errorf("%w (%d events or changes recorded by a hook)", ErrAmbiguousUpsert, len(written)))
 		return
 	}
 	if len(st.roots) > 1 && db.Statement.RowsAffected < int64(len(st.roots)) {
@@ -201,7 +238,7 @@ func (p *Plugin) write(db *gorm.DB) {
 		// already gone, an insert that skipped conflicting rows), and nothing
 		// says which: writing every aggregate's events could publish events of
 		// rows that were never written, writing none could lose some.
-		p.fail(db, fmt.Errorf("%w: %d of %d rows written, %d aggregates with pending events",
+		p.fail(db, fmt.Errorf("%w: %d of %d rows written, %d aggregates with pending events or changes",
 			ErrPartialWrite, db.Statement.RowsAffected, len(st.roots), holders))
 		return
 	}
@@ -211,35 +248,67 @@ func (p *Plugin) write(db *gorm.DB) {
 		p.fail(db, err)
 		return
 	}
-	if t := txnOf(pool); t != nil || st.ownTx {
-		// The end of the transaction will be seen: by the txn, or by finish.
-		if _, _, err := p.insertBatch(ctx, pool, &b, false); err != nil {
+	t := txnOf(pool)
+	// Unwatched: a transaction this plugin cannot watch (begun on a pool it
+	// does not wrap, or on db.Connection's connection before the plugin saw
+	// it): note what tells a later save whether it committed. Token 0 where
+	// the database hands out none (a later save can then only look the row
+	// up: see settle). A change applied there counts as committed at once.
+	unwatched := t == nil && !st.ownTx
+	strict := requireRescheduled(ctx)
+	for _, s := range steps {
+		if s.change != nil {
+			if err := p.apply(db, s.change, strict); err != nil {
+				p.fail(db, err)
+				return
+			}
+			continue
+		}
+		_, tokens, err := p.insertBatch(ctx, pool, &s.b, unwatched)
+		if err != nil {
 			p.fail(db, err)
 			return
 		}
+		for _, e := range s.entries {
+			if unwatched {
+				e.Unobserved = &recorded.Unobserved{Pool: pool, Token: tokens[e.Record.ID]}
+			} else {
+				e.Unobserved = nil
+			}
+		}
+	}
+	switch {
+	case t != nil: // the end of the transaction will be seen: by the txn
+		t.wrote(written, false)
+	case st.ownTx: // or by finish
+		st.written = append(st.written, written...)
+	default:
 		for _, e := range written {
-			e.Unobserved = nil
+			if e.Change != nil {
+				e.MarkCommitted()
+			}
 		}
-		if t != nil {
-			t.wrote(written, false)
-		} else {
-			st.written = append(st.written, written...)
+		if nEvents > 0 {
+			p.notify()
 		}
-		return
 	}
-	// A transaction this plugin cannot watch (begun on a pool it does not wrap,
-	// or on db.Connection's connection before the plugin saw it): note what
-	// tells a later save whether it committed. Token 0 where the database
-	// hands out none (a later save can then only look the row up: see settle).
-	_, tokens, err := p.insertBatch(ctx, pool, &b, true)
-	if err != nil {
-		p.fail(db, err)
-		return
+}
+
+// step is one step of write: a batch of events to insert, or a change to apply.
+type step struct {
+	b       batch
+	entries []*recorded.Entry // b's
+	change  *recorded.Entry
+}
+
+// hasEvents reports whether entries hold an event (not only changes).
+func hasEvents(entries []*recorded.Entry) bool {
+	for _, e := range entries {
+		if e.Change == nil {
+			return true
+		}
 	}
-	for _, e := range written {
-		e.Unobserved = &recorded.Unobserved{Pool: pool, Token: tokens[e.Record.ID]}
-	}
-	p.notify()
+	return false
 }
 
 // finish runs after GORM's commit. It ends the transaction prepare opened and,
@@ -329,7 +398,7 @@ func (p *Plugin) settle(db *gorm.DB, roots []rootRef) error {
 	)
 	for _, r := range roots {
 		for _, e := range r.list.Pending() {
-			if u := e.Unobserved; u != nil && u.Pool != pool {
+			if u := e.Unobserved; u != nil && u.Pool != pool && e.Change == nil {
 				ws = append(ws, store.Written{ID: e.Record.ID, Token: u.Token})
 				entries = append(entries, e)
 			}

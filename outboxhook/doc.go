@@ -46,6 +46,14 @@
 // [Add] and [AddMessages] write events that belong to no aggregate, and the
 // messages an inbox handler returns, in the caller's transaction.
 //
+// Scheduled events (aggregate.Root.Schedule, [Schedule]) are cancelled or
+// moved by the aggregate's methods (aggregate.Root.CancelKey, Cancel,
+// MoveKey, Move), which the plugin applies in the save's transaction, in the
+// order recorded relative to the events, and settles as it settles events;
+// or by [CancelKey], [Cancel], [MoveKey] and [Move] in the caller's
+// transaction. [RequireRescheduled] makes a save fail when such a change
+// changes nothing.
+//
 // Because the transaction is wrapped, tx.Statement.ConnPool.(*sql.Tx) is
 // false inside db.Transaction: [SQLTx] returns the *sql.Tx under the wrapper,
 // for libraries that share the GORM transaction as a *sql.Tx (River's

@@ -34,6 +34,11 @@ func (p *Plugin) encode(rec events.Record, ctxMD events.Metadata) (encodedEvent,
 	if p.cfg.EventMetadata != nil {
 		ctxMD = ctxMD.Merge(p.cfg.EventMetadata(rec.Event))
 	}
+	// The event's deduplication key (events.Deduplicated); metadata given at
+	// record time wins.
+	if dk := events.DedupMetadata(rec.Event); dk != nil {
+		ctxMD = ctxMD.Merge(dk)
+	}
 	merged := ctxMD.Merge(rec.Metadata)
 	md, err := p.encodeMetadata(merged, rec.ID, typ)
 	if err != nil {

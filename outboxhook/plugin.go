@@ -71,8 +71,10 @@ func (p *Plugin) useWAL(ctx context.Context, conn drivers.Conn) error {
 // transaction when SkipDefaultTransaction left the statement without one, and
 // encodes and checks the events before anything is written); herald:outbox_write_*
 // runs after the After hooks and before gorm:commit_or_rollback_transaction, and
-// inserts the events in the same transaction; herald:outbox_finish_* runs after
-// the commit and makes the aggregates forget events that are now committed.
+// inserts the events, and applies the cancels and moves the aggregates
+// recorded (aggregate.Root.CancelKey), in the same transaction;
+// herald:outbox_finish_* runs after the commit and makes the aggregates forget
+// events (and changes) that are now committed.
 // herald:outbox_adopt_* runs first in every chain (query, row and raw too): it
 // puts the plugin's wrapper on a statement that holds the pool unwrapped (a
 // handle made before db.Use, db.Connection's connection), so that the

@@ -37,7 +37,7 @@ var aggregateType = reflect.TypeFor[aggregate.Aggregate]()
 // statement's Model and Dest: a pointer to a struct, or a slice or array of
 // structs or pointers. An aggregate passed by value cannot be told that its
 // events were written: if it has pending events, the statement fails with
-// ErrAggregateByValue.
+// ErrAggregateByValue (so does one with pending cancels or moves).
 func collectRoots(st *gorm.Statement) ([]rootRef, error) {
 	var (
 		out   []rootRef
@@ -58,7 +58,7 @@ func collectRoots(st *gorm.Statement) ([]rootRef, error) {
 			cp := reflect.New(v.Type())
 			cp.Elem().Set(v)
 			if n := len(recorded.Of(cp.Interface().(aggregate.Aggregate).AggregateRoot()).Pending()); n > 0 && byVal == nil {
-				byVal = fmt.Errorf("%w: %s with %d pending events", ErrAggregateByValue, v.Type(), n)
+				byVal = fmt.Errorf("%w: %s with %d pending events, cancels or moves", ErrAggregateByValue, v.Type(), n)
 			}
 			return
 		}

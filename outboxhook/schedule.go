@@ -1,6 +1,7 @@
 package outboxhook
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -8,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/events"
+	"github.com/heraldgo/herald/internal/recorded"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -126,6 +128,88 @@ func reschedule(tx *gorm.DB, p store.RescheduleParams) (store.RescheduleResult, 
 		}
 	}
 	return res, nil
+}
+
+type requireKey struct{}
+
+// RequireRescheduled returns a context under which a save fails when a
+// cancel or move recorded on one of its aggregates (aggregate.Root.Cancel,
+// CancelKey, Move, MoveKey) changes no scheduled event: the error wraps
+// [ErrPublished], [ErrDead], [ErrDue] or [ErrNotScheduled] for what it found
+// (for a key: what it found of its events, in that order of precedence),
+// and the save's transaction rolls back (or, in a transaction the caller
+// opened, cannot commit); the aggregate keeps its events, cancels and moves
+// pending. Without it (the default) such a change does not fail the save:
+// aggregate.Root.Rescheduled tells what it found, after the commit.
+func RequireRescheduled(ctx context.Context) context.Context {
+	return context.WithValue(ctx, requireKey{}, true)
+}
+
+func requireRescheduled(ctx context.Context) bool {
+	v, _ := ctx.Value(requireKey{}).(bool)
+	return v
+}
+
+// checkChanges refuses the cancels and moves among entries under
+// StorageWAL, before anything is written.
+func (p *Plugin) checkChanges(entries []*recorded.Entry) error {
+	if p.cfg.Storage != StorageWAL {
+		return nil
+	}
+	for _, e := range entries {
+		if e.Change != nil {
+			return fmt.Errorf("%w: %s", ErrScheduledWAL, describe(e.Change))
+		}
+	}
+	return nil
+}
+
+// apply applies the cancel or move e recorded on an aggregate in the
+// statement's transaction and notes what it found on e. With strict, a
+// change that changed nothing is an error.
+func (p *Plugin) apply(db *gorm.DB, e *recorded.Entry, strict bool) error {
+	c := e.Change
+	params := store.RescheduleParams{Key: c.Key, Cancel: c.Cancel}
+	if c.ID != uuid.Nil {
+		params.ID = c.ID.String()
+	}
+	if !c.Cancel {
+		params.To = storeSchedule(c.To)
+	}
+	res, err := reschedule(db, params)
+	if err != nil {
+		return fmt.Errorf("outboxhook: %s: %w", describe(c), err)
+	}
+	c.Changed, c.Due, c.Published, c.Dead = res.Changed, res.Due, res.Published, res.Dead
+	if strict && res.Changed == 0 {
+		return fmt.Errorf("outboxhook: %s: %w", describe(c), foundInstead(res))
+	}
+	return nil
+}
+
+// describe names a change recorded on an aggregate, for errors.
+func describe(c *recorded.Change) string {
+	verb := "move"
+	if c.Cancel {
+		verb = "cancel"
+	}
+	if c.Key != "" {
+		return fmt.Sprintf("%s key %q", verb, c.Key)
+	}
+	return fmt.Sprintf("%s %s", verb, c.ID)
+}
+
+// foundInstead is the error for what a change that changed nothing found.
+func foundInstead(res store.RescheduleResult) error {
+	switch {
+	case res.Published > 0:
+		return ErrPublished
+	case res.Dead > 0:
+		return ErrDead
+	case res.Due > 0:
+		return ErrDue
+	}
+	return ErrNotScheduled
 }
 
 // outcome is the error of a Cancel or Move of one event by what it found.

@@ -1,6 +1,7 @@
 package outboxhook_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log"
@@ -58,5 +59,45 @@ func ExampleCancelKey() {
 	fmt.Println(errors.Is(err, outboxhook.ErrNotScheduled))
 	// Output:
 	// reminders cancelled: 1
+	// true
+}
+
+// The aggregate's own method cancels the reminder it scheduled, and the save
+// that writes the payment applies the cancel in its transaction: no
+// transaction of the caller's, no key passed around. What the cancel did is
+// known after the commit; a reminder too late to cancel does not fail the
+// save, unless its context asks (RequireRescheduled).
+func ExampleRequireRescheduled() {
+	db := pgtest.ScratchDB() // gorm.Open(postgres.Open(dsn), &gorm.Config{})
+	if err := db.Use(outboxhook.New(outboxhook.Config{})); err != nil {
+		log.Fatal(err)
+	}
+	if err := db.AutoMigrate(&Invoice{}); err != nil {
+		log.Fatal(err)
+	}
+
+	inv := &Invoice{ID: uuid.New(), Status: "issued"}
+	reminder := "reminder:" + inv.ID.String()
+	inv.Schedule(PaymentReminder{InvoiceID: inv.ID}, events.After(24*time.Hour).Keyed(reminder))
+	if err := db.Create(inv).Error; err != nil {
+		log.Fatal(err)
+	}
+
+	inv.Pay(1500)                              // in a domain method: records invoice.paid ...
+	inv.CancelKey(reminder)                    // ... and the cancel of the reminder
+	if err := db.Save(inv).Error; err != nil { // one transaction: the row, the event, the cancel
+		log.Fatal(err)
+	}
+	for _, r := range inv.Rescheduled() {
+		fmt.Println(r.Key == reminder, "cancelled:", r.Changed)
+	}
+
+	// Asked for, a cancel that finds nothing to cancel fails the save.
+	inv.CancelKey(reminder)
+	ctx := outboxhook.RequireRescheduled(context.Background())
+	err := db.WithContext(ctx).Save(inv).Error
+	fmt.Println(errors.Is(err, outboxhook.ErrNotScheduled))
+	// Output:
+	// true cancelled: 1
 	// true
 }

@@ -246,6 +246,13 @@ func (t *txn) stillWritten(written []*recorded.Entry) []*recorded.Entry {
 	if !ok || t.pool.p.cfg.Storage == StorageWAL {
 		return nil
 	}
+	// A cancel or move leaves no row to look up: it stays pending, and the
+	// next save applies it again (a cancel that did commit then finds
+	// nothing left to cancel).
+	written = slices.DeleteFunc(written, func(e *recorded.Entry) bool { return e.Change != nil })
+	if len(written) == 0 {
+		return nil
+	}
 	ids := make([]uuid.UUID, 0, len(written))
 	for _, e := range written {
 		ids = append(ids, e.Record.ID)

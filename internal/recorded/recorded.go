@@ -1,7 +1,8 @@
-// Package recorded holds what an aggregate.Root keeps of its events, and what
-// the outbox hook notes about them, out of the aggregate package's public API.
+// Package recorded holds what an aggregate.Root keeps of its events (and of
+// the cancels and moves of scheduled events its methods record), and what the
+// outbox hook notes about them, out of the aggregate package's public API.
 //
-// A Root keeps a List of Entries. An Entry is shared, not copied, when the
+// A Root keeps a List of Entries, events and changes in the order recorded. An Entry is shared, not copied, when the
 // model that embeds the Root is copied by value: the copy's List clones its
 // slice before it changes it (so the two never write into one backing array),
 // and whatever the hook learns of an entry (its transaction committed) is
@@ -13,12 +14,16 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/google/uuid"
+
 	"github.com/heraldgo/herald/events"
 )
 
-// Entry is one recorded event and its fate.
+// Entry is one recorded event, or one recorded cancel or move (Change), and
+// its fate.
 type Entry struct {
-	Record    events.Record
+	Record    events.Record // the event; zero for a change
+	Change    *Change       // the cancel or move; nil for an event
 	committed atomic.Bool
 
 	// Unobserved is set by the outbox hook when the entry was written in a
@@ -33,6 +38,20 @@ type Entry struct {
 type Unobserved struct {
 	Pool  any
 	Token int64
+}
+
+// Change is a cancel or a move of scheduled events recorded on an aggregate,
+// by the event's id or by a key, and what the hook found when it applied it.
+type Change struct {
+	ID     uuid.UUID       // the event, for a change by id
+	Key    string          // the key, for a change by key
+	Cancel bool            // a cancel; else a move to To
+	To     events.Schedule // a move's new schedule
+
+	// Set by the outbox hook each time it applies the change, in the
+	// transaction of a save: what the change did (Changed) and found of the
+	// events it could not change.
+	Changed, Due, Published, Dead int64
 }
 
 // Committed reports whether a transaction that wrote the entry committed.
@@ -61,6 +80,12 @@ func (l *List) Add(rec events.Record) {
 	l.entries = append(l.entries, &Entry{Record: rec})
 }
 
+// AddChange appends a new entry for the cancel or move c.
+func (l *List) AddChange(c Change) {
+	l.own()
+	l.entries = append(l.entries, &Entry{Change: &c})
+}
+
 // Pending drops committed entries and returns the rest, oldest first. The
 // slice is l's own until its next change; callers only read it.
 func (l *List) Pending() []*Entry {
@@ -75,12 +100,24 @@ func (l *List) Pending() []*Entry {
 	return l.entries
 }
 
-// Records returns the records of the entries not committed, oldest first.
+// Records returns the records of the events not committed, oldest first.
 func (l *List) Records() []events.Record {
 	out := make([]events.Record, 0, len(l.entries))
 	for _, e := range l.entries {
-		if !e.Committed() {
+		if e.Change == nil && !e.Committed() {
 			out = append(out, e.Record)
+		}
+	}
+	return out
+}
+
+// Changes returns the changes not committed (committed false) or committed
+// and not yet dropped by Pending (committed true), oldest first.
+func (l *List) Changes(committed bool) []Change {
+	var out []Change
+	for _, e := range l.entries {
+		if e.Change != nil && e.Committed() == committed {
+			out = append(out, *e.Change)
 		}
 	}
 	return out
