@@ -20,7 +20,8 @@
 // message is acknowledged. Two deliveries of one message at the
 // same moment serialize on the row's key: the second waits and then sees a
 // duplicate. The inbox costs one statement per message and no SELECT (but
-// see Keys for the few ids earlier versions stored otherwise).
+// see Keys for the few ids earlier versions stored otherwise, Deduplication
+// keys and Renaming a consumer).
 //
 // Messages the handler returns are not given back to the router, which would
 // publish them after the commit (and lose them if that failed, since the
@@ -58,6 +59,46 @@
 // such an id. Once Retention has passed since the last instance of an earlier
 // version stopped, and the cleaner has run since, no earlier row is left: set
 // Config.DisableLegacyKeys to skip the lookup.
+//
+// # Deduplication keys
+//
+// A message id is one delivery of one event. Two events of one business intent
+// (a command retried after a timeout that wrote a second event, a partner
+// resending with a new id) have two ids, and would take effect twice. An event
+// can carry a deduplication key the application chooses for its intent: the
+// outbox hook stores the key of an event that implements events.Deduplicated
+// (DedupKey() string) in its metadata (events.MetaDedupKey,
+// "herald_dedup_key"; metadata given when the event is recorded wins), and the
+// relay carries it in the message's metadata. A message that carries one is
+// deduplicated by (consumer, key) instead of (consumer, message id): in the
+// same transaction, the same table, for the same Retention, and two deliveries
+// of one key at the same moment serialize as two of one id do. A key may have
+// any length and bytes (through the outbox, metadata's rules apply: text
+// without NUL bytes or line breaks); it is stored as "#sha256:key:" and the hex
+// SHA-256 of its bytes, a form no message id is stored in (an id is stored as
+// given only when it does not begin with "#sha256:", and hashed as "#sha256:"
+// and exactly 64 hex digits), so a key never takes a message id for a
+// duplicate, nor the other way round. Earlier versions recorded such a message
+// by its id: unless Config.DisableLegacyKeys, the inbox also looks it up so, by
+// a plain read that takes no lock.
+//
+// # Renaming a consumer
+//
+// The consumer is half of the key: renamed (a handler renamed, Consumer
+// changed), a consumer is another one, and handles again what its former name
+// handled within Retention. Config.FormerConsumers lists the names each
+// consumer had before: a message recorded under one of them is a duplicate,
+// found by a plain read that takes no lock, and new rows are written under the
+// current name. Deploy the rename with the former name listed, keep it listed
+// until Retention has passed since the last instance under the former name
+// stopped, then remove it. Instances under the former name running beside
+// renamed ones do not serialize their concurrent deliveries of one message with
+// them. New checks, for each consumer FormerConsumers names, by one query
+// that probes the primary key once per name: it warns when the consumer has
+// no rows under its name but some under a former one (the rename is recent),
+// or none under any (a former name misspelled?), and notes when no former name
+// has rows left (it may be removed). A rename without FormerConsumers cannot
+// be told from a new consumer, so nothing warns of it.
 //
 // # Retention
 //

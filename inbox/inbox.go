@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -59,6 +61,14 @@ type Config struct {
 	// Consumer names the consumer in the inbox key; by default each handler
 	// deduplicates on its own. Defaults to the Watermill handler name.
 	Consumer string
+	// FormerConsumers maps a consumer's name to the names it had before (a
+	// handler renamed, Consumer changed): a message recorded under a former
+	// name is a duplicate for the consumer, found by a plain read that takes
+	// no lock, and new rows are written under the current name. Keep a former
+	// name listed until Retention has passed since the rename (see "Renaming a
+	// consumer" in the package documentation). With Consumer set, its only key
+	// is Consumer. Defaults to nil: no former names.
+	FormerConsumers map[string][]string
 	// InvalidID is what happens to a message with no usable id. Defaults to Nack.
 	InvalidID InvalidIDPolicy
 	// Retention is how long a processed message id is kept: longer than the
@@ -141,6 +151,18 @@ func (c *Config) parse() (ident.Table, error) {
 	if c.InvalidID != Nack && c.InvalidID != AckAndLog {
 		errs = append(errs, fmt.Errorf("InvalidID %d is not Nack or AckAndLog", c.InvalidID))
 	}
+	for name, former := range c.FormerConsumers {
+		if name == "" {
+			errs = append(errs, errors.New("FormerConsumers has an empty consumer name"))
+		} else if c.Consumer != "" && name != c.Consumer {
+			errs = append(errs, fmt.Errorf("FormerConsumers names consumer %q, but Consumer is %q", name, c.Consumer))
+		}
+		for _, f := range former {
+			if f == "" || f == name {
+				errs = append(errs, fmt.Errorf("FormerConsumers[%q] lists %q: a former name is another, non-empty name", name, f))
+			}
+		}
+	}
 	if c.RetryHorizon > 0 && c.Retention <= c.RetryHorizon {
 		errs = append(errs, fmt.Errorf("%w: %v <= %v", ErrRetentionTooShort, c.Retention, c.RetryHorizon))
 	}
@@ -190,6 +212,7 @@ func New(db *gorm.DB, cfg Config) (*Inbox, error) {
 	if err := in.checkTable(context.Background()); err != nil {
 		return nil, err
 	}
+	in.checkRenames(context.Background())
 	return in, nil
 }
 
@@ -249,6 +272,13 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 			}
 			return nil, err
 		}
+		// The row's second half: the message's deduplication key, in its
+		// namespace, when it carries one; else its id.
+		dedupKey := msg.Metadata.Get(events.MetaDedupKey)
+		row := storedKey(id)
+		if dedupKey != "" {
+			row = intentKey(dedupKey)
+		}
 		outer := msg.Context()
 		defer msg.SetContext(outer)
 		// The handler runs in a consumer span parented to the producer span the
@@ -260,16 +290,14 @@ func (in *Inbox) Middleware(h message.HandlerFunc) message.HandlerFunc {
 		var after []func()
 		err = in.db.WithContext(sctx).Transaction(func(tx *gorm.DB) error {
 			ctx, x := tx.Statement.Context, tx.Statement.ConnPool
-			if !in.cfg.DisableLegacyKeys {
-				seen, err := in.seenEarlier(ctx, x, consumer, id)
-				if err != nil {
-					return fmt.Errorf("inbox: look up %s for %s: %w", id, consumer, err)
-				}
-				if seen {
-					return errDuplicate
-				}
+			seen, err := in.seenElsewhere(ctx, x, consumer, id, dedupKey)
+			if err != nil {
+				return fmt.Errorf("inbox: look up %s for %s: %w", id, consumer, err)
 			}
-			fresh, err := in.store.Insert(ctx, x, storedKey(consumer), storedKey(id))
+			if seen {
+				return errDuplicate
+			}
+			fresh, err := in.store.Insert(ctx, x, storedKey(consumer), row)
 			if err != nil {
 				return fmt.Errorf("inbox: record %s for %s: %w", id, consumer, err)
 			}
@@ -345,6 +373,17 @@ func hashed(prefix, s string) string {
 	return prefix + hex.EncodeToString(sum[:])
 }
 
+// intentPrefix begins the key the inbox stores for a message's
+// deduplication key (events.MetaDedupKey), before the hex SHA-256 of its
+// bytes: always hashed, so any length and bytes are stored alike everywhere.
+// It begins with hashPrefix, which storedKey never leaves at the start of a
+// key stored as given, and a hashed id is hashPrefix and exactly 64 hex
+// digits: no message id is ever stored as a deduplication key.
+const intentPrefix = hashPrefix + "key:"
+
+// intentKey is the inbox key column's value for the deduplication key k.
+func intentKey(k string) string { return hashed(intentPrefix, k) }
+
 // legacyKeys returns the keys earlier versions may have stored (consumer,
 // id) under when today's differs: as given (before long keys were hashed),
 // and with the long ones hashed under legacyHashPrefix and the rest as given.
@@ -363,7 +402,9 @@ func legacyKeys(consumer, id string) [][2]string {
 	for _, k := range [][2]string{{consumer, id}, {earlier(consumer), earlier(id)}} {
 		// A key of today's hashed form is today's: an earlier row of that
 		// form cannot be told from it.
-		if k != now && (len(out) == 0 || out[0] != k) && !isHashed(k[0]) && !isHashed(k[1]) {
+		// Nor is an id of a deduplication key's form: that row is a key's.
+		if k != now && (len(out) == 0 || out[0] != k) && !isHashed(k[0]) && !isHashed(k[1]) &&
+			!strings.HasPrefix(k[1], intentPrefix) {
 			out = append(out, k)
 		}
 	}
@@ -380,15 +421,101 @@ func isHashed(s string) bool {
 	return err == nil
 }
 
-// seenEarlier reports whether an earlier version recorded (consumer, id)
-// under a key other than today's.
-func (in *Inbox) seenEarlier(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
-	for _, k := range legacyKeys(consumer, id) {
+// lookups returns the keys other than the one its insert writes under which
+// a message of consumer with id and deduplication key dedupKey (empty for
+// none) counts as recorded: under each former name of consumer, the key its
+// insert writes; unless DisableLegacyKeys, under consumer and each former
+// name, the keys earlier versions stored the message under (for a message
+// with a deduplication key, its id: earlier versions deduplicated by id
+// alone). None for a UUID without a deduplication key or former names.
+func (in *Inbox) lookups(consumer, id, dedupKey string) [][2]string {
+	names := append([]string{consumer}, in.cfg.FormerConsumers[consumer]...)
+	var out [][2]string
+	add := func(k [2]string) {
+		if !slices.Contains(out, k) {
+			out = append(out, k)
+		}
+	}
+	for i, name := range names {
+		if i > 0 {
+			if dedupKey != "" {
+				add([2]string{storedKey(name), intentKey(dedupKey)})
+			} else {
+				add([2]string{storedKey(name), storedKey(id)})
+			}
+		}
+		if in.cfg.DisableLegacyKeys {
+			continue
+		}
+		if dedupKey != "" {
+			add([2]string{storedKey(name), storedKey(id)})
+		}
+		for _, k := range legacyKeys(name, id) {
+			add(k)
+		}
+	}
+	return out
+}
+
+// seenElsewhere reports whether the message is recorded under one of its
+// lookups keys, by plain reads that take no lock.
+func (in *Inbox) seenElsewhere(ctx context.Context, x store.Execer, consumer, id, dedupKey string) (bool, error) {
+	for _, k := range in.lookups(consumer, id, dedupKey) {
 		if seen, err := in.store.Recorded(ctx, x, k[0], k[1]); err != nil || seen {
 			return seen, err
 		}
 	}
 	return false, nil
+}
+
+// checkRenames logs, for each consumer FormerConsumers names, what one
+// query over the table's primary key tells of its rename: a warning when
+// the consumer has no rows under its name but has some under a former one
+// (the rename is recent: redeliveries depend on those names staying listed),
+// or has none under any of its names (a former name misspelled?), and a note
+// when no former name has rows left (they may go). It only logs: a failure
+// is logged too.
+func (in *Inbox) checkRenames(ctx context.Context) {
+	if len(in.cfg.FormerConsumers) == 0 {
+		return
+	}
+	consumers := slices.Sorted(maps.Keys(in.cfg.FormerConsumers))
+	var names []string
+	for _, name := range consumers {
+		names = append(names, storedKey(name))
+		for _, f := range in.cfg.FormerConsumers[name] {
+			names = append(names, storedKey(f))
+		}
+	}
+	has, err := in.store.Consumers(ctx, in.sqlDB, names)
+	if err != nil {
+		in.log.Warn("inbox: cannot look up the rows of renamed consumers", "err", err)
+		return
+	}
+	i := 0
+	for _, name := range consumers {
+		former := in.cfg.FormerConsumers[name]
+		current := has[i]
+		var left []string
+		for j, f := range former {
+			if has[i+1+j] {
+				left = append(left, f)
+			}
+		}
+		i += 1 + len(former)
+		switch {
+		case !current && len(left) > 0:
+			in.log.Warn("inbox: consumer has no rows under its name, but has some under former names: "+
+				"messages recorded under them count as duplicates while they stay in FormerConsumers, "+
+				"which they must until Retention has passed", "consumer", name, "former", left, "retention", in.cfg.Retention)
+		case !current:
+			in.log.Warn("inbox: neither the consumer nor its former names have rows: "+
+				"check that FormerConsumers spells the names the consumer had", "consumer", name, "former", former)
+		case len(left) == 0:
+			in.log.Info("inbox: no rows are left under the consumer's former names: "+
+				"they can be removed from FormerConsumers", "consumer", name, "former", former)
+		}
+	}
 }
 
 // messageID is the Herald event id metadata key, which must be a UUID, or

@@ -83,3 +83,66 @@ func TestLegacyKeys(t *testing.T) {
 		}
 	}
 }
+
+// A deduplication key is stored hashed under intentPrefix, a form storedKey
+// gives no message id, and the legacy lookups of an id never read it.
+func TestIntentKeyNamespace(t *testing.T) {
+	for _, k := range []string{"", "order-42", strings.Repeat("k", 1000) + "\x00 ", "#sha256:" + hexSum("x")} {
+		got := intentKey(k)
+		if got != intentPrefix+hexSum(k) || len(got) > MaxKeyBytes || isHashed(got) {
+			t.Errorf("intentKey(%.20q) = %q", k, got)
+		}
+		// The id that is literally the stored form is stored otherwise.
+		if storedKey(got) == got {
+			t.Errorf("the id %q is stored as the key %.20q", got, k)
+		}
+		if l := legacyKeys("c", got); len(l) != 0 {
+			t.Errorf("legacyKeys of the id %q = %q, want none", got, l)
+		}
+	}
+}
+
+// A message is looked up elsewhere only for former names, or for earlier
+// versions' keys: a UUID without a deduplication key or former names costs
+// no read.
+func TestLookups(t *testing.T) {
+	const id = "0f0e2d8c-3a57-4b7e-9d1c-1b2a3c4d5e6f"
+	in := &Inbox{cfg: Config{FormerConsumers: map[string][]string{"new": {"old", "older "}}}}
+	for _, c := range []struct {
+		consumer, id, key string
+		disableLegacy     bool
+		want              [][2]string
+	}{
+		{"c", id, "", false, nil},
+		{"c", id, "k", true, nil},
+		{"c", id, "k", false, [][2]string{{"c", id}}},
+		{"new", id, "", true, [][2]string{{"old", id}, {storedKey("older "), id}}},
+		{"new", id, "k", true, [][2]string{{"old", intentKey("k")}, {storedKey("older "), intentKey("k")}}},
+		{"new", id, "", false, [][2]string{{"old", id}, {storedKey("older "), id}, {"older ", id}}},
+	} {
+		in.cfg.DisableLegacyKeys = c.disableLegacy
+		if got := in.lookups(c.consumer, c.id, c.key); !slices.Equal(got, c.want) {
+			t.Errorf("lookups(%q, %q, %q, legacy off %v) = %q, want %q", c.consumer, c.id, c.key, c.disableLegacy, got, c.want)
+		}
+	}
+}
+
+// FormerConsumers names non-empty names, other than the current one, and
+// only Consumer when it is set.
+func TestFormerConsumersValidate(t *testing.T) {
+	for _, c := range []struct {
+		cfg Config
+		ok  bool
+	}{
+		{Config{FormerConsumers: map[string][]string{"new": {"old"}}}, true},
+		{Config{Consumer: "new", FormerConsumers: map[string][]string{"new": {"old"}}}, true},
+		{Config{Consumer: "new", FormerConsumers: map[string][]string{"other": {"old"}}}, false},
+		{Config{FormerConsumers: map[string][]string{"": {"old"}}}, false},
+		{Config{FormerConsumers: map[string][]string{"new": {""}}}, false},
+		{Config{FormerConsumers: map[string][]string{"new": {"new"}}}, false},
+	} {
+		if err := c.cfg.Validate(); (err == nil) != c.ok {
+			t.Errorf("Validate(%v) = %v, want ok %v", c.cfg.FormerConsumers, err, c.ok)
+		}
+	}
+}

@@ -258,6 +258,10 @@ type Inbox interface {
 	// given, even where the column's collation equates it with another; false
 	// for a key the database cannot hold. It takes no lock.
 	Recorded(ctx context.Context, x Execer, consumer, id string) (bool, error)
+	// Consumers reports, for each of consumers (stored keys), whether the
+	// table holds a row of it, exactly as given: one query that probes the
+	// primary key once per name and takes no lock.
+	Consumers(ctx context.Context, x Execer, consumers []string) ([]bool, error)
 	// Cleanup deletes up to limit rows processed before olderThan ago, unless
 	// another instance is cleaning, and returns how many.
 	Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -76,6 +77,36 @@ func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id stri
 		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
 	}
 	return found, err
+}
+
+// Consumers probes the primary key once per name, in one UNION ALL of
+// LIMIT 1 consistent reads (no lock, no gap lock below SERIALIZABLE), byte
+// for byte as Recorded; false for a name the column cannot hold.
+func (in *inbox) Consumers(ctx context.Context, x store.Execer, consumers []string) ([]bool, error) {
+	out := make([]bool, len(consumers))
+	var parts []string
+	var args []any
+	for i, c := range consumers {
+		if !utf8.ValidString(c) || utf8.RuneCountInString(c) > 255 {
+			continue
+		}
+		args = append(args, c, len(c))
+		parts = append(parts, fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = ? AND LENGTH(consumer) = ? LIMIT 1) AS c%d`, i, Quote(in.t), i))
+	}
+	if len(parts) == 0 {
+		return out, nil
+	}
+	found, err := sqlkit.Column[int](ctx, x, strings.Join(parts, " UNION ALL "), args...)
+	if err != nil {
+		if IsTableMissing(err) {
+			return nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return nil, err
+	}
+	for _, i := range found {
+		out[i] = true
+	}
+	return out, nil
 }
 
 // Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock

@@ -65,6 +65,35 @@ func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id stri
 	return found, err
 }
 
+// Consumers probes the primary key once per name, in one UNION ALL of
+// LIMIT 1 reads (no lock); false for a name text cannot hold.
+func (in *inbox) Consumers(ctx context.Context, x store.Execer, consumers []string) ([]bool, error) {
+	out := make([]bool, len(consumers))
+	var parts []string
+	var args []any
+	for i, c := range consumers {
+		if !utf8.ValidString(c) || strings.IndexByte(c, 0) >= 0 {
+			continue
+		}
+		args = append(args, c)
+		parts = append(parts, fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = $%d LIMIT 1) AS c%d`, i, in.t.Quoted(), len(args), i))
+	}
+	if len(parts) == 0 {
+		return out, nil
+	}
+	found, err := sqlkit.Column[int](ctx, x, strings.Join(parts, " UNION ALL "), args...)
+	if err != nil {
+		if IsTableMissing(err) {
+			return nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return nil, err
+	}
+	for _, i := range found {
+		out[i] = true
+	}
+	return out, nil
+}
+
 // Cleanup deletes a batch under a transaction-scoped advisory lock keyed by the
 // table's oid, so one instance cleans at a time and tables of one name in other
 // schemas clean apart.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -53,6 +54,32 @@ func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id stri
 		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
 	}
 	return found, err
+}
+
+// Consumers probes the primary key once per name, in one UNION ALL of
+// LIMIT 1 reads.
+func (in *inbox) Consumers(ctx context.Context, x store.Execer, consumers []string) ([]bool, error) {
+	out := make([]bool, len(consumers))
+	if len(consumers) == 0 {
+		return out, nil
+	}
+	parts := make([]string, len(consumers))
+	args := make([]any, len(consumers))
+	for i, c := range consumers {
+		args[i] = c
+		parts[i] = fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = ? LIMIT 1)`, i, in.t.Quoted())
+	}
+	found, err := sqlkit.Column[int](ctx, x, strings.Join(parts, " UNION ALL "), args...)
+	if err != nil {
+		if IsTableMissing(err) {
+			return nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
+		}
+		return nil, err
+	}
+	for _, i := range found {
+		out[i] = true
+	}
+	return out, nil
 }
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.
