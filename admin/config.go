@@ -37,6 +37,16 @@ type Config struct {
 	// ScheduledLimit is how many scheduled events (neither published nor
 	// dead) the page and its JSON list, soonest due first. Defaults to 100.
 	ScheduledLimit int
+	// DeadGroupLimit is how many groups of dead events (by type and
+	// normalised error, Outbox.DeadGroups) the page and its JSON list, the
+	// largest group first. Defaults to 50.
+	DeadGroupLimit int
+	// DeadGroupScan is the most dead events Outbox.DeadGroups reads to group
+	// them (oldest death first, through the dead index); past it the groups
+	// cover the first DeadGroupScan dead events and say so
+	// (DeadGroups.Truncated). Acting on a group is not bounded by it.
+	// Defaults to 100,000.
+	DeadGroupScan int
 	// MaxAge is the age of the oldest pending event past which the outbox is
 	// unhealthy (Status.Problems), as dead events make it; negative, the age
 	// never is a problem. The page also shows in red a scheduled event due
@@ -70,6 +80,10 @@ type Config struct {
 	// must match the relays' (relay.Config.Channel). Defaults to
 	// "herald_outbox" (relay.DefaultChannel).
 	Channel string
+	// Actor names who sent a request to the page, for the audit trail of
+	// its group actions (GroupAction.By): the service's authenticated
+	// operator, say. Defaults to "page " and the request's RemoteAddr.
+	Actor func(*http.Request) string
 	// Title heads the page. Defaults to "Herald outbox".
 	Title string
 	// Logger logs what fails (a query, a refused cross-origin request).
@@ -85,6 +99,8 @@ const (
 	defaultDeadLimit  = 100
 	defaultFailLimit  = 100
 	defaultSchedLimit = 100
+	defaultGroupScan  = 100_000
+	defaultGroupLimit = 50
 	defaultMaxAge     = 5 * time.Minute
 	defaultChannel    = store.DefaultChannel
 	defaultTitle      = "Herald outbox"
@@ -99,6 +115,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.FailingLimit == 0 {
 		c.FailingLimit = defaultFailLimit
+	}
+	if c.DeadGroupLimit == 0 {
+		c.DeadGroupLimit = defaultGroupLimit
+	}
+	if c.DeadGroupScan == 0 {
+		c.DeadGroupScan = defaultGroupScan
 	}
 	if c.ScheduledLimit == 0 {
 		c.ScheduledLimit = defaultSchedLimit
@@ -155,6 +177,12 @@ func (c *Config) parse() (ident.Table, error) {
 	}
 	if c.FailingLimit < 0 {
 		errs = append(errs, fmt.Errorf("FailingLimit is %d, must not be negative", c.FailingLimit))
+	}
+	if c.DeadGroupLimit < 0 {
+		errs = append(errs, fmt.Errorf("DeadGroupLimit is %d, must not be negative", c.DeadGroupLimit))
+	}
+	if c.DeadGroupScan < 0 {
+		errs = append(errs, fmt.Errorf("DeadGroupScan is %d, must not be negative", c.DeadGroupScan))
 	}
 	if c.ScheduledLimit < 0 {
 		errs = append(errs, fmt.Errorf("ScheduledLimit is %d, must not be negative", c.ScheduledLimit))

@@ -20,9 +20,13 @@
 // events with their last errors (whole, wrapped), whether relays are alive
 // (Outbox.Relays: each relay instance with its last heartbeat and, in ordered
 // mode, its partition leases, and the due backlog; "no relay seen for X" in
-// red when events are due and none is alive), and, when Config.AllowWrites is
-// set, a requeue button per dead event and a requeue-all button, and a
-// publish-now and a cancel button per scheduled event not due yet. With
+// red when events are due and none is alive), the dead events grouped by
+// cause (Outbox.DeadGroups: type and last error with numbers, ids and
+// addresses stripped, NormalizeError), and, when Config.AllowWrites is set, a
+// requeue button per dead event and a requeue-all button, requeue, purge and
+// dry-run buttons per dead group (recorded in the audit trail, Outbox.Audit,
+// with Config.Actor's name), and a publish-now and a cancel button per
+// scheduled event not due yet. With
 // Config.WALSlot (events kept in the WAL, outboxhook.StorageWAL, published
 // by walrelay) it shows the relay's replication slot too: whether it exists
 // and a relay streams it, its wal_status, its lag and the WAL it holds back
@@ -36,6 +40,8 @@
 //	GET  /api/dead/{id}     one dead event as JSON (DeadEvent)
 //	POST /requeue           requeue the dead events named by the form's id fields
 //	POST /requeue-all       requeue every dead event
+//	POST /requeue-group     requeue the dead group the form's key names (dry_run=1: count only)
+//	POST /purge-group       purge the dead group the form's key names (older_than: keep the younger; dry_run=1)
 //	POST /publish-now       make the scheduled event the form's id names due now
 //	POST /cancel-scheduled  cancel the scheduled event the form's id names
 //

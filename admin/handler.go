@@ -46,6 +46,10 @@ type Report struct {
 	// published nor dead, soonest due first; Status.Scheduled.Count counts
 	// them all.
 	Scheduled []ScheduledEvent `json:"scheduled"`
+	// DeadGroups are up to Config.DeadGroupLimit groups of the dead events
+	// (by type and normalised error), the largest first, with the keys the
+	// group actions take.
+	DeadGroups DeadGroups `json:"dead_groups"`
 	// Writes tells whether the page may requeue, cancel scheduled events
 	// and publish them now (Config.AllowWrites).
 	Writes bool `json:"writes"`
@@ -71,7 +75,14 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 			}
 			return id
 		},
-		"p":     Printable,
+		"p": Printable,
+		// wbr is Printable with a line break allowed after each dot,
+		// underscore and slash: a name (order.paid, a topic) breaks between
+		// its parts, not in a word.
+		"wbr": func(s string) template.HTML {
+			esc := template.HTMLEscapeString(Printable(s))
+			return template.HTML(wbrAfter.Replace(esc)) //nolint:gosec // escaped above; only <wbr> added
+		},
 		"lines": func(s string) string { return PrintableLines(s, "") },
 		"aget":  func(s float64) string { return Age(seconds(s).Truncate(time.Second)) },
 		"agep":  func(s *float64) string { return Age(time.Duration(*s * float64(time.Second)).Truncate(time.Second)) },
@@ -104,6 +115,8 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 	mux.HandleFunc("GET /api/dead/{id}", h.serveDeadJSON)
 	mux.HandleFunc("POST /requeue", h.write(h.requeue))
 	mux.HandleFunc("POST /requeue-all", h.write(h.requeueAll))
+	mux.HandleFunc("POST /requeue-group", h.write(h.groupAction(actionRequeueGroup)))
+	mux.HandleFunc("POST /purge-group", h.write(h.groupAction(actionPurgeGroup)))
 	mux.HandleFunc("POST /cancel-scheduled", h.write(h.reschedule(false)))
 	mux.HandleFunc("POST /publish-now", h.write(h.reschedule(true)))
 	cop := http.NewCrossOriginProtection()
@@ -145,6 +158,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.next.ServeHTTP(w, r)
 }
 
+// wbrAfter adds a line break opportunity after the separators of a name.
+var wbrAfter = strings.NewReplacer(".", ".<wbr>", "_", "_<wbr>", "/", "/<wbr>")
+
 // pageData is what page.html renders.
 type pageData struct {
 	Config Config
@@ -164,7 +180,8 @@ func (h *Handler) report(ctx context.Context) (Report, error) {
 		return Report{}, err
 	}
 	if st.TableMissing { // WAL mode: no table, only the slot
-		return Report{Status: st, Dead: []DeadEvent{}, Failing: []FailureGroup{}, Scheduled: []ScheduledEvent{}, Writes: h.cfg.AllowWrites}, nil
+		return Report{Status: st, Dead: []DeadEvent{}, Failing: []FailureGroup{}, Scheduled: []ScheduledEvent{}, DeadGroups: DeadGroups{Groups: []DeadGroup{}},
+			Writes: h.cfg.AllowWrites}, nil
 	}
 	dead, err := h.o.Dead(ctx, DeadFilter{}, h.cfg.DeadLimit)
 	if err != nil {
@@ -181,7 +198,13 @@ func (h *Handler) report(ctx context.Context) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
-	return Report{Status: st, Dead: dead, Failing: failing, Scheduled: sched, Writes: h.cfg.AllowWrites}, nil
+	groups := DeadGroups{Groups: []DeadGroup{}}
+	if st.Total.Dead > 0 {
+		if groups, err = h.o.DeadGroups(ctx, h.cfg.DeadGroupLimit); err != nil {
+			return Report{}, err
+		}
+	}
+	return Report{Status: st, Dead: dead, Failing: failing, Scheduled: sched, DeadGroups: groups, Writes: h.cfg.AllowWrites}, nil
 }
 
 func (h *Handler) servePage(w http.ResponseWriter, r *http.Request) {
@@ -219,12 +242,97 @@ func flash(q url.Values) string {
 		}
 		return "Some of the events are not dead (requeued or purged since): nothing was requeued."
 	}
+	if v := groupFlash(q); v != "" {
+		return v
+	}
 	if v := ScheduleOutcome(q.Get("scheduled")); v.sentence("") != "" {
 		if id, err := uuid.Parse(q.Get("id")); err == nil {
 			return v.sentence(id.String())
 		}
 	}
 	return ""
+}
+
+// groupFlash says what a group action did, from its redirect's query: group
+// (the action), n (how many events) and dry (a dry run).
+func groupFlash(q url.Values) string {
+	verb, past := "", ""
+	switch q.Get("group") {
+	case actionRequeueGroup:
+		verb, past = "requeue", "Requeued"
+	case actionPurgeGroup:
+		verb, past = "purge", "Purged"
+	default:
+		return ""
+	}
+	n, err := strconv.ParseInt(q.Get("n"), 10, 64)
+	if err != nil || n < 0 {
+		return ""
+	}
+	switch {
+	case q.Get("dry") == "1":
+		return "Dry run: the group's action would " + verb + " " + plural(n, "dead event") + "; nothing was changed."
+	case n == 0:
+		return "Nothing left to " + verb + " in that group (done already?): nothing was changed."
+	case verb == "requeue":
+		return past + " " + plural(n, "dead event") + " of the group: the relays publish them now."
+	}
+	return past + " " + plural(n, "dead event") + " of the group."
+}
+
+// groupAction returns the route that requeues or purges (action) the dead
+// group the form's key names (DeadGroup.Key), with dry_run=1 only counting,
+// and for a purge older_than (a Go duration) keeping the group's younger
+// events. It records the action with Config.Actor's name.
+func (h *Handler) groupAction(action string) http.HandlerFunc {
+	do := h.o.RequeueGroup
+	if action == actionPurgeGroup {
+		do = h.o.PurgeGroup
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := r.ParseForm(); err != nil {
+			h.fail(w, r, http.StatusBadRequest, fmt.Errorf("admin: %s: %w", action, err))
+			return
+		}
+		k, err := ParseDeadGroupKey(r.PostForm.Get("key"))
+		if err != nil {
+			h.fail(w, r, http.StatusBadRequest, err)
+			return
+		}
+		a := GroupAction{DryRun: r.PostForm.Get("dry_run") == "1", By: h.actor(r)}
+		if v := r.PostForm.Get("older_than"); v != "" && action == actionPurgeGroup {
+			if a.OlderThan, err = time.ParseDuration(v); err != nil || a.OlderThan < 0 {
+				h.fail(w, r, http.StatusBadRequest, fmt.Errorf("admin: %s: older_than %q is not a duration", action, v))
+				return
+			}
+		}
+		res, err := do(r.Context(), k, a)
+		if err != nil {
+			h.o.log.Error("admin: "+action, "err", err)
+			h.fail(w, r, http.StatusInternalServerError, err)
+			return
+		}
+		if wantsJSON(r) {
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
+		q := url.Values{"group": {action}, "n": {strconv.FormatInt(res.Events, 10)}}
+		if res.DryRun {
+			q.Set("dry", "1")
+		}
+		w.Header().Set("Location", "./?"+q.Encode())
+		w.WriteHeader(http.StatusSeeOther)
+	}
+}
+
+// actor names who sent r, for the audit trail.
+func (h *Handler) actor(r *http.Request) string {
+	if h.cfg.Actor != nil {
+		if by := h.cfg.Actor(r); by != "" {
+			return by
+		}
+	}
+	return "page " + r.RemoteAddr
 }
 
 // deadData is what dead.html renders.

@@ -64,7 +64,7 @@ func TestHandlerReadOnly(t *testing.T) {
 			t.Fatalf("GET /: %d %s", res.Code, res.Header().Get("Content-Type"))
 		}
 		for _, want := range []string{"Unhealthy: 1 dead event", "<code>orders</code>", "<code>payments</code>", ids[1].String(),
-			"payment.taken", "payments: &lt;script&gt;alert(1)&lt;/script&gt; refused", "Read-only"} {
+			"payment.<wbr>taken", "payments: &lt;script&gt;alert(1)&lt;/script&gt; refused", "Read-only"} {
 			if !strings.Contains(body, want) {
 				t.Fatalf("the page lacks %q:\n%s", want, body)
 			}
@@ -371,7 +371,7 @@ func TestHandlerFailing(t *testing.T) {
 			t.Fatalf("GET /: %d", res.Code)
 		}
 		for _, want := range []string{"Failing events (3)", `id="failing"`, "broker &lt;refused&gt;: " + strings.Repeat("x", 400) + " end of the error",
-			"up to 3", "in 59m", "due now", "<code>payment.taken</code>", "timeout"} {
+			"up to 3", "in 59m", "due now", "<code>payment.<wbr>taken</code>", "timeout"} {
 			if !strings.Contains(body, want) {
 				t.Fatalf("the page lacks %q:\n%s", want, body)
 			}

@@ -4,8 +4,11 @@
 // applies or prints the schema migrations, on PostgreSQL, SQLite and
 // MySQL/MariaDB.
 //
-//	go install github.com/heraldgo/herald/cmd/herald@latest
+//	go install ./cmd/herald   # from a clone of the repository
 //	DATABASE_URL=postgres://... herald status
+//
+// Once a version is tagged, go install
+// github.com/heraldgo/herald/cmd/herald@latest installs it without a clone.
 //
 // Run "herald help" for the commands, the DATABASE_URLs it reads and its exit
 // codes.
@@ -52,6 +55,10 @@ Commands:
   failing --events             the failing events, soonest next attempt first
   dead list                    the dead events, oldest death first
   dead show ID                 one dead event, with its payload and metadata
+  dead groups                  the dead events grouped by type and error (numbers, ids, addresses stripped), with keys
+  dead requeue --group KEY     make a group's dead events pending again, once (a second run finds none); --dry-run
+  dead purge --group KEY       delete a group's dead events; --older-than D keeps the younger ones; --dry-run
+  dead audit                   who requeued or purged which group, when, how many
   requeue ID...                make these dead events pending again (all of them or none)
   requeue --type T             make every dead event of type T pending again (exit 1: none)
   requeue --all                make every dead event pending again
@@ -128,16 +135,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	case "dead":
 		if len(args) == 0 {
 			c.cmd = "dead"
-			return c.usageError(errors.New("say list or show"))
+			return c.usageError(errors.New("say list, show, groups, requeue, purge or audit"))
 		}
 		switch args[0] {
 		case "list":
 			return c.deadList(args[1:])
 		case "show":
 			return c.deadShow(args[1:])
+		case "groups":
+			return c.deadGroups(args[1:])
+		case "requeue":
+			return c.deadGroupAction("requeue", args[1:])
+		case "purge":
+			return c.deadGroupAction("purge", args[1:])
+		case "audit":
+			return c.deadAudit(args[1:])
 		}
 		c.cmd = "dead"
-		return c.usageError(fmt.Errorf("unknown command %q (list or show)", args[0]))
+		return c.usageError(fmt.Errorf("unknown command %q (list, show, groups, requeue, purge or audit)", args[0]))
 	case "failing":
 		return c.failing(args)
 	case "scheduled":

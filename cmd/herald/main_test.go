@@ -463,7 +463,7 @@ func TestBadInput(t *testing.T) {
 		{sq.url, []string{"--verbose", "status"}, exitUsage, []string{"flag provided but not defined: -verbose"}},
 		{sq.url, []string{"status", "--max-age", "soon"}, exitUsage, []string{`--max-age: "soon" is not a duration`}},
 		{sq.url, []string{"status", "extra"}, exitUsage, []string{`unexpected argument "extra"`}},
-		{sq.url, []string{"dead"}, exitUsage, []string{"say list or show"}},
+		{sq.url, []string{"dead"}, exitUsage, []string{"say list, show, groups, requeue, purge or audit"}},
 	} {
 		code, out, errs := run1(t, c.url, c.args...)
 		checkRefusal(t, c.args, c.code, c.msgs, code, out, errs)

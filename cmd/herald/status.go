@@ -127,6 +127,9 @@ func (c *cli) printStatus(s admin.Status) {
 		}
 		c.printf("%s: herald scheduled list shows them\n", line)
 	}
+	if s.Relays != nil {
+		c.printf("%s\n", relaysLine(*s.Relays))
+	}
 	c.printHealth(s)
 }
 
@@ -136,4 +139,21 @@ func (c *cli) printHealth(s admin.Status) {
 	} else {
 		c.printf("unhealthy: %s\n", printable(strings.Join(s.Problems, "; ")))
 	}
+}
+
+// relaysLine says whether relays are alive, in one line, healthy or not.
+func relaysLine(r admin.Relays) string {
+	switch {
+	case !r.Known:
+		return "relays: none has recorded a heartbeat on this outbox yet"
+	case r.Alive > 0:
+		line := fmt.Sprintf("relays: %d alive", r.Alive)
+		if r.LastSeenSeconds != nil {
+			line += ", last seen " + admin.Age(time.Duration(*r.LastSeenSeconds*float64(time.Second)).Truncate(time.Second)) + " ago"
+		}
+		return line
+	case r.LastSeenSeconds != nil:
+		return "relays: none alive, the last seen " + admin.Age(time.Duration(*r.LastSeenSeconds*float64(time.Second)).Truncate(time.Second)) + " ago"
+	}
+	return "relays: none alive"
 }

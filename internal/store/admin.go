@@ -110,3 +110,84 @@ type Admin interface {
 	// pending or published events.
 	PurgeDead(ctx context.Context, db DB, olderThan time.Duration, limit int) (int64, error)
 }
+
+// DeadBrief is a dead event as the grouping of dead events reads it: no
+// payload, no metadata.
+type DeadBrief struct {
+	// Seq and ID name the event (each driver acts on the one it keys by).
+	Seq             int64
+	ID              string
+	Type, LastError string
+	// DeadAt is when it died: microseconds since the Unix epoch (UTC), by
+	// the database's clock, exact as stored, so that it can bound a later
+	// action (DeadScan.UpTo, ActDead's upTo).
+	DeadAt int64
+}
+
+// DeadScan says which dead events Admin.ScanDead reads: in (dead_at, seq)
+// order through the dead index, after the cursor (AfterDeadAt, AfterSeq).
+type DeadScan struct {
+	// Type: only events of this type, when not empty.
+	Type string
+	// UpTo: only events that died at or before it (microseconds since the
+	// epoch), when > 0.
+	UpTo int64
+	// OlderThan: only events that died more than this long ago (by the
+	// database's clock), when > 0.
+	OlderThan time.Duration
+	// AfterDeadAt and AfterSeq: only events after this position in
+	// (dead_at, seq) order, when AfterDeadAt > 0 (the cursor: the last
+	// event of the previous page).
+	AfterDeadAt, AfterSeq int64
+	// Limit is the most it reads.
+	Limit int
+}
+
+// DeadAction is what Admin.ActDead does to dead events.
+type DeadAction int
+
+const (
+	// ActRequeue makes them pending again (as RequeueIDs).
+	ActRequeue DeadAction = iota + 1
+	// ActPurge deletes them.
+	ActPurge
+)
+
+// AuditEntry is one record of the audit trail of the operators' bulk
+// actions (the outbox's _audit table).
+type AuditEntry struct {
+	Seq int64
+	// At is when it was recorded, by the database's clock.
+	At time.Time
+	// By is who acted, as the caller named them.
+	By string
+	// Action says what was done ("requeue-group", "purge-group").
+	Action string
+	// Detail says on what (the group: type, error, bound), as text.
+	Detail string
+	// Events counts the events it changed.
+	Events int64
+}
+
+// DeadGroupAdmin is what the grouping of dead events needs of a driver,
+// beside Admin: a light scan of the dead events, one statement per batch of
+// events to requeue or delete, and the audit table.
+type DeadGroupAdmin interface {
+	// ScanDead reads up to s.Limit dead events s picks, in (dead_at, seq)
+	// order.
+	ScanDead(ctx context.Context, x Execer, s DeadScan) ([]DeadBrief, error)
+	// ActDead requeues or deletes (act) the events evs that are still dead
+	// and died at or before upTo (microseconds since the epoch), and returns
+	// how many: one statement per batch of up to 1,000 events. A requeue runs
+	// in one transaction (the events of an aggregate come back together, in
+	// their order); a purge commits each batch.
+	ActDead(ctx context.Context, db DB, act DeadAction, evs []DeadBrief, upTo int64) (int64, error)
+	// CreateAudit creates the audit table when missing (from the
+	// migrations, as Herald creates its other tables).
+	CreateAudit(ctx context.Context, x Execer) error
+	// AddAudit records e (its Seq and At are the database's).
+	AddAudit(ctx context.Context, x Execer, e AuditEntry) error
+	// FindAudit lists up to limit records, the newest first; none when the
+	// table does not exist.
+	FindAudit(ctx context.Context, x Execer, limit int) ([]AuditEntry, error)
+}

@@ -273,8 +273,12 @@ func seedPage(t *testing.T) (string, []testkit.Row) {
 		{"customer.loyalty-tier.recalculated.v2", "customer-loyalty-account", "cla_01HZX3B7R5Q9M2K8V4N6P0T1W3Y5", 20 * time.Minute, 0, 12, 5 * time.Minute,
 			"kafka: produce to customer-loyalty-tier-recalculations: " + strings.Repeat("Broker: Message size too large; ", 4) +
 				"https://kafka.internal.example.com/clusters/prod-eu-west-1/topics/customer-loyalty-tier-recalculations/configs/max.message.bytes"},
+		{"payment.captured", "payment", "pay_3Fz9", 3 * time.Hour, 0, 15, 2 * time.Hour,
+			`nats: message rejected by stream "PAYMENTS": maximum payload exceeded (1.3 MB > 1 MB)`},
 		{"order.placed", "order", "ord_2mW", 20 * time.Second, 15 * time.Second, 0, 0, ""},
 		{"order.paid", "order", "ord_2mW", 10 * time.Second, 8 * time.Second, 0, 0, ""},
+		{"shipment.created", "shipment", "shp_42", 40 * time.Minute, 0, 12, 11 * time.Minute,
+			"amqp: Exception (404) Reason: \"NOT_FOUND - no exchange 'shipping.v2' in vhost '/'\" \x1b[31mchannel closed\x1b[0m"},
 		{"payment.captured", "payment", "pay_77", 30 * time.Second, 29 * time.Second, 0, 0, ""},
 	}
 	for _, s := range seed {
@@ -323,9 +327,40 @@ const overflow = `(() => {
 	return out;
 })()`
 
+// midWord lists the words a cell (td, th) breaks across lines: runs of two or
+// more letters, not pieces of an identifier (glued to digits or
+// underscores) nor of a token over 30 characters (a URL, which must break
+// somewhere).
+const midWord = `(() => {
+	const out = [];
+	for (const cell of document.querySelectorAll("td, th")) {
+		const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+		for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+			const tokens = /\S+/g;
+			let t;
+			while ((t = tokens.exec(n.data))) {
+				if (t[0].length > 30) continue;
+				const words = /[A-Za-z]{2,}/g;
+				let m;
+				while ((m = words.exec(t[0]))) {
+					const before = t[0][m.index - 1] || " ", after = t[0][m.index + m[0].length] || " ";
+					if (/[0-9_]/.test(before) || /[0-9_]/.test(after)) continue;
+					const r = document.createRange();
+					r.setStart(n, t.index + m.index);
+					r.setEnd(n, t.index + m.index + m[0].length);
+					const tops = new Set([...r.getClientRects()].map(x => Math.round(x.top)));
+					if (tops.size > 1) out.push(((cell.closest("table") || {}).id || "?") + ": " + m[0]);
+				}
+			}
+		}
+	}
+	return out;
+})()`
+
 // The page fits a window 800 px wide and one 1280 px wide, with long
 // errors, types and identifiers: neither the page nor any of its panels
-// scrolls sideways. An ESC byte in an error is shown escaped (\x1b), as the
+// scrolls sideways, and no cell breaks a word across lines (the dead groups'
+// too). An ESC byte in an error is shown escaped (\x1b), as the
 // herald command prints it, and the relays panel says, in red, that no relay
 // was seen for three minutes while events are due. With
 // HERALD_ADMIN_SCREENSHOT_DIR set, a PNG of each width is written there.
@@ -338,11 +373,21 @@ func TestAdminPageLayout(t *testing.T) {
 			chromedp.EmulateViewport(width, 900),
 			chromedp.Navigate(url),
 			chromedp.WaitVisible(chromedp.CSS("#dead")),
+			chromedp.WaitVisible(chromedp.CSS("#dead-groups")),
 		))
 		over, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](overflow))
 		testkit.Must(t, err)
 		if len(over) > 0 {
 			t.Errorf("at %d px, the page overflows: %s", width, strings.Join(over, "; "))
+		}
+		broken, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](midWord))
+		testkit.Must(t, err)
+		if len(broken) > 0 {
+			t.Errorf("at %d px, cells break words: %s", width, strings.Join(broken, "; "))
+		}
+		if g := text(t, ctx, "#dead-groups tbody tr:first-child"); !strings.Contains(g, "payment.captured") ||
+			!strings.Contains(g, "maximum payload exceeded (<n> MB > <n> MB)") || !strings.Contains(g, "Requeue 2") {
+			t.Errorf("at %d px, the first dead group reads %q", width, g)
 		}
 		if dir := os.Getenv("HERALD_ADMIN_SCREENSHOT_DIR"); dir != "" { // to look at
 			img, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))

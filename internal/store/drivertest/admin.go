@@ -20,6 +20,142 @@ var adminTests = []test{
 	{"RequeueResetsAge", testAdminRequeueAge},
 	{"FindScheduled", testAdminFindScheduled},
 	{"TopicsScheduledAge", testAdminTopicsScheduled},
+	{"ScanDeadPagesInDeathOrder", testAdminScanDead},
+	{"ActDeadOnlyDeadUpToTheBound", testAdminActDead},
+	{"AuditTrail", testAdminAudit},
+}
+
+// groupAdmin is the driver's grouping of dead events.
+func (e *env) groupAdmin(t tb.TB) store.DeadGroupAdmin {
+	ga, ok := e.admin().(store.DeadGroupAdmin)
+	if !ok {
+		t.Fatalf("%s's Admin is no store.DeadGroupAdmin", e.drv.Name())
+	}
+	return ga
+}
+
+// ScanDead reads dead events in (dead_at, seq) order, by type, up to a
+// bound, older than an age, and after a cursor, page by page.
+func testAdminScanDead(t tb.TB, e *env) {
+	ga := e.groupAdmin(t)
+	a := evIDs(e.insert("a.failed", "x", 4))
+	b := evIDs(e.insert("b.failed", "y", 2))
+	e.insert("c.pending", "z", 1)
+	// a[0] and a[1] die in one statement: at the same time, ordered by seq.
+	at, arg := e.sql.Ago(3 * time.Hour)
+	e.exec(`UPDATE `+e.q()+` SET dead_at = `+at+`, attempts = 3, last_error = CASE WHEN id = ? THEN 'e0' ELSE 'e1' END WHERE id IN (?, ?)`, arg, a[0], a[0], a[1])
+	e.kill(a[2], time.Minute, "e2")
+	e.kill(b[0], 2*time.Hour, "")
+	e.kill(b[1], 10*time.Second, "e4")
+	scan := func(s store.DeadScan) []store.DeadBrief {
+		t.Helper()
+		got, err := ga.ScanDead(e.ctx, e.db, s)
+		must(t, err)
+		return got
+	}
+	ids := func(bs []store.DeadBrief) []string {
+		out := make([]string, len(bs))
+		for i, b := range bs {
+			out[i] = b.ID
+		}
+		return out
+	}
+	all := scan(store.DeadScan{Limit: 10})
+	sameIDs(t, "every dead event", ids(all), []string{a[0], a[1], b[0], a[2], b[1]})
+	if all[0].DeadAt != all[1].DeadAt || all[0].Seq >= all[1].Seq || all[2].LastError != "" || all[0].LastError != "e0" || all[0].Type != "a.failed" {
+		t.Fatalf("briefs %+v", all)
+	}
+	if age := time.Since(time.UnixMicro(all[0].DeadAt)); age < 2*time.Hour || age > 4*time.Hour {
+		t.Fatalf("DeadAt %d is %s ago, want about 3h", all[0].DeadAt, age)
+	}
+	// Pages of two: the cursor splits the two of the same death time.
+	var paged []store.DeadBrief
+	s := store.DeadScan{Limit: 1}
+	for {
+		page := scan(s)
+		paged = append(paged, page...)
+		if len(page) < s.Limit {
+			break
+		}
+		s.AfterDeadAt, s.AfterSeq = page[len(page)-1].DeadAt, page[len(page)-1].Seq
+	}
+	sameIDs(t, "paged one by one", ids(paged), ids(all))
+	sameIDs(t, "type a", ids(scan(store.DeadScan{Type: "a.failed", Limit: 10})), []string{a[0], a[1], a[2]})
+	sameIDs(t, "up to b[0]'s death", ids(scan(store.DeadScan{UpTo: all[2].DeadAt, Limit: 10})), []string{a[0], a[1], b[0]})
+	sameIDs(t, "older than 1h", ids(scan(store.DeadScan{OlderThan: time.Hour, Limit: 10})), []string{a[0], a[1], b[0]})
+	sameIDs(t, "type b, up to the last", ids(scan(store.DeadScan{Type: "b.failed", UpTo: all[4].DeadAt, Limit: 10})), []string{b[0], b[1]})
+}
+
+// ActDead requeues or deletes the events given that are still dead and died
+// at or before the bound, no others, in batches.
+func testAdminActDead(t tb.TB, e *env) {
+	ga := e.groupAdmin(t)
+	a := evIDs(e.insert("a.failed", "x", 2505))
+	at, arg := e.sql.Ago(time.Hour)
+	e.exec(`UPDATE `+e.q()+` SET dead_at = `+at+`, attempts = 3, last_error = 'e'`, arg)
+	all, err := ga.ScanDead(e.ctx, e.db, store.DeadScan{Limit: 3000})
+	must(t, err)
+	if len(all) != 2505 {
+		t.Fatalf("%d dead", len(all))
+	}
+	bound := all[len(all)-1].DeadAt
+	// a[1] requeued meanwhile, a[2] dead again after the bound: both left.
+	e.exec(`UPDATE `+e.q()+` SET dead_at = NULL WHERE id = ?`, a[1])
+	e.kill(a[2], 0, "again")
+	n, err := ga.ActDead(e.ctx, e.db, store.ActRequeue, all, bound)
+	must(t, err)
+	if n != 2503 {
+		t.Fatalf("ActDead requeue = %d, want 2503", n)
+	}
+	if n, err = ga.ActDead(e.ctx, e.db, store.ActRequeue, all, bound); err != nil || n != 0 {
+		t.Fatalf("ActDead requeue again = %d, %v", n, err)
+	}
+	if r := e.row(a[0]); r.dead || r.attempts != 0 {
+		t.Fatalf("requeued row %+v", r)
+	}
+	if r := e.row(a[2]); !r.dead {
+		t.Fatalf("the event dead again after the bound was requeued: %+v", r)
+	}
+	// Purge: kill them all again an hour ago, then a[3] now: delete all
+	// but the one past the bound.
+	e.exec(`UPDATE `+e.q()+` SET dead_at = `+at+`, attempts = 3, last_error = 'e'`, arg)
+	all, err = ga.ScanDead(e.ctx, e.db, store.DeadScan{Limit: 3000})
+	must(t, err)
+	bound = all[len(all)-1].DeadAt
+	e.kill(a[3], 0, "again, later")
+	if n, err = ga.ActDead(e.ctx, e.db, store.ActPurge, all, bound); err != nil || n != 2504 {
+		t.Fatalf("ActDead purge = %d, %v, want 2504", n, err)
+	}
+	left, err := ga.ScanDead(e.ctx, e.db, store.DeadScan{Limit: 10})
+	must(t, err)
+	if len(left) != 1 || left[0].ID != a[3] {
+		t.Fatalf("left %+v", left)
+	}
+}
+
+// The audit table: created on demand, read back newest first; none before.
+func testAdminAudit(t tb.TB, e *env) {
+	ga := e.groupAdmin(t)
+	got, err := ga.FindAudit(e.ctx, e.db, 10)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("FindAudit before any = %+v, %v", got, err)
+	}
+	must(t, ga.CreateAudit(e.ctx, e.db))
+	must(t, ga.CreateAudit(e.ctx, e.db)) // nothing left to do
+	must(t, ga.AddAudit(e.ctx, e.db, store.AuditEntry{By: "alice", Action: "requeue-group", Detail: "d1", Events: 3}))
+	must(t, ga.AddAudit(e.ctx, e.db, store.AuditEntry{By: "bob", Action: "purge-group", Detail: "d2", Events: 2}))
+	got, err = ga.FindAudit(e.ctx, e.db, 10)
+	must(t, err)
+	if len(got) != 2 || got[0].By != "bob" || got[0].Action != "purge-group" || got[0].Detail != "d2" || got[0].Events != 2 ||
+		got[1].By != "alice" || got[0].Seq <= got[1].Seq {
+		t.Fatalf("FindAudit = %+v", got)
+	}
+	if age := time.Since(got[0].At); age < -time.Minute || age > time.Minute {
+		t.Fatalf("recorded at %s, %s ago", got[0].At, age)
+	}
+	if got, err = ga.FindAudit(e.ctx, e.db, 1); err != nil || len(got) != 1 || got[0].By != "bob" {
+		t.Fatalf("FindAudit(1) = %+v, %v", got, err)
+	}
 }
 
 func (e *env) admin() store.Admin { return e.drv.Admin(e.table) }

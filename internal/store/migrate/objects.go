@@ -232,8 +232,25 @@ func relayNeeds(o store.Object, ordered, retention bool) (relay, need bool) {
 func OutboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
 	return filterObjects(fsys, store.DefaultOutbox, t, quote, func(o store.Object) bool {
 		relay, _ := relayNeeds(o, false, false)
-		return !relay
+		return !relay && !isAdmin(o)
 	})
+}
+
+// isAdmin reports whether o is the admin's (by its name: the audit table of
+// the operators' bulk actions and what is on it), which neither the write
+// path nor the relay needs: the admin tools create it at their first write.
+func isAdmin(o store.Object) bool {
+	name := string(o.Name.Name)
+	if o.Kind == store.KindIndex {
+		name = string(o.On.Name)
+	}
+	return strings.HasSuffix(name, "_audit")
+}
+
+// AdminObjects are the admin's objects on the outbox t in the migrations in
+// fsys: the audit table.
+func AdminObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
+	return filterObjects(fsys, store.DefaultOutbox, t, quote, isAdmin)
 }
 
 // RelayObjects are the relay's additions to the outbox t in the migrations in

@@ -356,6 +356,35 @@ func (s Schema) CheckRelay(ctx context.Context, x store.Execer, t ident.Table, p
 	return s.check(ctx, x, t, append(objs, rel...))
 }
 
+// CreateAdmin creates the admin's objects on the outbox t (AdminObjects: the
+// audit table) when missing.
+func (s Schema) CreateAdmin(ctx context.Context, x store.Execer, t ident.Table) error {
+	objs, err := AdminObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return err
+	}
+	return s.create(ctx, x, t, objs, nil)
+}
+
+// AdminExists reports whether the admin's objects on the outbox t (the audit
+// table) exist.
+func (s Schema) AdminExists(ctx context.Context, x store.Execer, t ident.Table) (bool, error) {
+	objs, err := AdminObjects(s.FS, t, s.Quote)
+	if err != nil {
+		return false, err
+	}
+	for _, o := range objs {
+		if o.Kind != store.KindTable {
+			continue
+		}
+		ok, err := s.Exists(ctx, x, o)
+		if err != nil || !ok {
+			return false, err
+		}
+	}
+	return len(objs) > 0, nil
+}
+
 // CreateInbox creates the inbox t when missing.
 func (s Schema) CreateInbox(ctx context.Context, x store.Execer, t ident.Table) error {
 	objs, err := InboxObjects(s.FS, t, s.Quote)

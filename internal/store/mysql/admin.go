@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -258,4 +260,121 @@ func scanDead(rows *sql.Rows) (store.Row, error) {
 	d.LastError = lastErr.String
 	d.DeadAt, err = parseTime(deadAt)
 	return d, err
+}
+
+var _ store.DeadGroupAdmin = (*admin)(nil)
+
+// The grouping of dead events (store.DeadGroupAdmin). dead_at travels as
+// microseconds since the epoch, exact (DATETIME(6), UTC).
+const (
+	scanDeadSQL = `SELECT o.seq, o.id, o.type, COALESCE(o.last_error, ''), TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', o.dead_at) FROM {t} o
+WHERE o.dead_at IS NOT NULL {where} ORDER BY o.dead_at, o.seq LIMIT ?`
+	deadBound = `TIMESTAMPADD(MICROSECOND, ?, '1970-01-01 00:00:00')`
+)
+
+func (a *admin) ScanDead(ctx context.Context, x store.Execer, s store.DeadScan) ([]store.DeadBrief, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if s.Type != "" {
+		where, args = append(where, "o.type = ?"), append(args, s.Type)
+	}
+	if s.UpTo > 0 {
+		where, args = append(where, "o.dead_at <= "+deadBound), append(args, s.UpTo)
+	}
+	if s.OlderThan > 0 {
+		where, args = append(where, "o.dead_at < "+Now+" - INTERVAL ? MICROSECOND"), append(args, s.OlderThan.Microseconds())
+	}
+	if s.AfterDeadAt > 0 {
+		where = append(where, "(o.dead_at > "+deadBound+" OR (o.dead_at = "+deadBound+" AND o.seq > ?))")
+		args = append(args, s.AfterDeadAt, s.AfterDeadAt, s.AfterSeq)
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = "AND " + strings.Join(where, " AND ")
+	}
+	q := strings.NewReplacer("{t}", Quote(a.t), "{where}", cond).Replace(scanDeadSQL)
+	return sqlkit.Collect(ctx, x, q, append(args, s.Limit), func(rows *sql.Rows) (store.DeadBrief, error) {
+		var b store.DeadBrief
+		err := rows.Scan(&b.Seq, &b.ID, &b.Type, &b.LastError, &b.DeadAt)
+		return b, err
+	})
+}
+
+// ActDead changes the rows by the primary key (bySeq), as the other writes,
+// each statement checking again that its row is still dead and died no later
+// than the bound.
+func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, evs []store.DeadBrief, upTo int64) (int64, error) {
+	var q string
+	cond := ` WHERE o.dead_at IS NOT NULL AND o.dead_at <= ` + deadBound
+	switch act {
+	case store.ActRequeue:
+		q = `UPDATE ` + bySeq + ` SET ` + requeueSet + cond
+	case store.ActPurge:
+		q = `DELETE o FROM ` + bySeq + cond
+	default:
+		return 0, fmt.Errorf("mysql: unknown dead action %d", act)
+	}
+	q = strings.ReplaceAll(q, "{t}", Quote(a.t))
+	seqs := make([]int64, len(evs))
+	for i, e := range evs {
+		seqs[i] = e.Seq
+	}
+	slices.Sort(seqs)
+	if act == store.ActPurge {
+		var total int64
+		for len(seqs) > 0 {
+			chunk := seqs[:min(len(seqs), 1000)]
+			seqs = seqs[len(chunk):]
+			var n int64
+			err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+				var err error
+				n, err = bySeqs(ctx, tx, q, chunk, upTo)
+				return err
+			})
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+	var n int64
+	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
+		var err error
+		n, err = bySeqs(ctx, tx, q, seqs, upTo)
+		return err
+	})
+	return n, err
+}
+
+func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {
+	return schema.CreateAdmin(ctx, x, a.t)
+}
+
+func (a *admin) AddAudit(ctx context.Context, x store.Execer, e store.AuditEntry) error {
+	_, err := x.ExecContext(ctx, `INSERT INTO `+Quote(a.t.Derived("_audit"))+` (at, actor, action, detail, events) VALUES (`+Now+`, ?, ?, ?, ?)`,
+		e.By, e.Action, e.Detail, e.Events)
+	return err
+}
+
+func (a *admin) FindAudit(ctx context.Context, x store.Execer, limit int) ([]store.AuditEntry, error) {
+	ok, err := schema.AdminExists(ctx, x, a.t)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return sqlkit.Collect(ctx, x, `SELECT seq, at, actor, action, detail, events FROM `+Quote(a.t.Derived("_audit"))+` ORDER BY seq DESC LIMIT ?`,
+		[]any{limit}, func(rows *sql.Rows) (store.AuditEntry, error) {
+			var (
+				e  store.AuditEntry
+				at any
+			)
+			if err := rows.Scan(&e.Seq, &at, &e.By, &e.Action, &e.Detail, &e.Events); err != nil {
+				return e, err
+			}
+			var err error
+			e.At, err = parseTime(at)
+			return e, err
+		})
 }

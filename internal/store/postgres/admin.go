@@ -200,3 +200,117 @@ func scanDead(rows *sql.Rows) (store.Row, error) {
 	d.LastError, d.DeadAt = lastErr.String, deadAt
 	return d, err
 }
+
+var _ store.DeadGroupAdmin = (*admin)(nil)
+
+// The grouping of dead events (store.DeadGroupAdmin). dead_at travels as
+// microseconds since the epoch, exact: extract gives a numeric, and the bound
+// is rebuilt from it by an interval of whole microseconds.
+const (
+	scanDeadSQL = `SELECT o.seq, o.id::text, o.type, coalesce(o.last_error, ''), (extract(epoch FROM o.dead_at) * 1000000)::bigint FROM {t} o
+WHERE o.dead_at IS NOT NULL {where} ORDER BY o.dead_at, o.seq LIMIT {limit}`
+	// deadBound is the timestamp of $n microseconds since the epoch.
+	deadBound = `(timestamptz 'epoch' + %s::bigint * interval '1 microsecond')`
+)
+
+func (a *admin) ScanDead(ctx context.Context, x store.Execer, s store.DeadScan) ([]store.DeadBrief, error) {
+	var (
+		where []string
+		args  []any
+	)
+	arg := func(v any) string {
+		args = append(args, v)
+		return fmt.Sprintf("$%d", len(args))
+	}
+	if s.Type != "" {
+		where = append(where, "o.type = "+arg(s.Type))
+	}
+	if s.UpTo > 0 {
+		where = append(where, "o.dead_at <= "+fmt.Sprintf(deadBound, arg(s.UpTo)))
+	}
+	if s.OlderThan > 0 {
+		where = append(where, "o.dead_at < now() - "+arg(float64(s.OlderThan.Microseconds()))+"::float8 * interval '1 microsecond'")
+	}
+	if s.AfterDeadAt > 0 {
+		where = append(where, "(o.dead_at, o.seq) > ("+fmt.Sprintf(deadBound, arg(s.AfterDeadAt))+", "+arg(s.AfterSeq)+"::bigint)")
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = "AND " + strings.Join(where, " AND ")
+	}
+	q := strings.NewReplacer("{t}", a.t.Quoted(), "{where}", cond, "{limit}", arg(s.Limit)).Replace(scanDeadSQL)
+	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.DeadBrief, error) {
+		var b store.DeadBrief
+		err := rows.Scan(&b.Seq, &b.ID, &b.Type, &b.LastError, &b.DeadAt)
+		return b, err
+	})
+}
+
+func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, evs []store.DeadBrief, upTo int64) (int64, error) {
+	var q string
+	cond := `id = ANY($1::uuid[]) AND dead_at IS NOT NULL AND dead_at <= ` + fmt.Sprintf(deadBound, "$2")
+	switch act {
+	case store.ActRequeue:
+		q = `UPDATE ` + a.t.Quoted() + ` SET ` + requeueSet + ` WHERE ` + cond
+	case store.ActPurge:
+		q = `DELETE FROM ` + a.t.Quoted() + ` WHERE ` + cond
+	default:
+		return 0, fmt.Errorf("postgres: unknown dead action %d", act)
+	}
+	ids := make([]string, len(evs))
+	for i, e := range evs {
+		ids[i] = e.ID
+	}
+	run := func(x store.Execer) (int64, error) {
+		var total int64
+		for len(ids) > 0 {
+			chunk := ids[:min(len(ids), 1000)]
+			ids = ids[len(chunk):]
+			n, err := sqlkit.Affected(ctx, x, q, chunk, upTo)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+	if act == store.ActPurge {
+		return run(db)
+	}
+	var n int64
+	err := sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
+		var err error
+		n, err = run(tx)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if n > 0 {
+		a.rel.pos.rewind() // as requeueAll: the events keep their places in the order
+	}
+	return n, nil
+}
+
+func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {
+	return schema.CreateAdmin(ctx, x, a.t)
+}
+
+func (a *admin) AddAudit(ctx context.Context, x store.Execer, e store.AuditEntry) error {
+	_, err := x.ExecContext(ctx, `INSERT INTO `+a.t.Derived("_audit").Quoted()+` (actor, action, detail, events) VALUES ($1, $2, $3, $4)`,
+		e.By, e.Action, e.Detail, e.Events)
+	return err
+}
+
+func (a *admin) FindAudit(ctx context.Context, x store.Execer, limit int) ([]store.AuditEntry, error) {
+	ok, err := schema.AdminExists(ctx, x, a.t)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return sqlkit.Collect(ctx, x, `SELECT seq, at, actor, action, detail, events FROM `+a.t.Derived("_audit").Quoted()+` ORDER BY seq DESC LIMIT $1`,
+		[]any{limit}, func(rows *sql.Rows) (store.AuditEntry, error) {
+			var e store.AuditEntry
+			err := rows.Scan(&e.Seq, &e.At, &e.By, &e.Action, &e.Detail, &e.Events)
+			return e, err
+		})
+}

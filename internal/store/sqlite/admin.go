@@ -3,6 +3,8 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -209,4 +211,108 @@ func scanDead(rows *sql.Rows) (store.Row, error) {
 	d.Payload, d.Metadata = []byte(payload), []byte(metadata)
 	d.OccurredAt, d.DeadAt, d.LastError = time.UnixMicro(occurred).UTC(), time.UnixMicro(deadAt).UTC(), lastErr.String
 	return d, nil
+}
+
+var _ store.DeadGroupAdmin = (*admin)(nil)
+
+// The grouping of dead events (store.DeadGroupAdmin): dead_at is stored as
+// microseconds since the epoch already.
+const scanDeadSQL = `SELECT seq, id, type, coalesce(last_error, ''), dead_at FROM {t}
+WHERE dead_at IS NOT NULL {where} ORDER BY dead_at, seq LIMIT ?`
+
+func (a *admin) ScanDead(ctx context.Context, x store.Execer, s store.DeadScan) ([]store.DeadBrief, error) {
+	var (
+		where []string
+		args  []any
+	)
+	if s.Type != "" {
+		where, args = append(where, "type = ?"), append(args, s.Type)
+	}
+	if s.UpTo > 0 {
+		where, args = append(where, "dead_at <= ?"), append(args, s.UpTo)
+	}
+	if s.OlderThan > 0 {
+		where, args = append(where, "dead_at < "+Now+" - ?"), append(args, s.OlderThan.Microseconds())
+	}
+	if s.AfterDeadAt > 0 {
+		where, args = append(where, "(dead_at, seq) > (?, ?)"), append(args, s.AfterDeadAt, s.AfterSeq)
+	}
+	cond := ""
+	if len(where) > 0 {
+		cond = "AND " + strings.Join(where, " AND ")
+	}
+	q := strings.NewReplacer("{t}", a.t.Quoted(), "{where}", cond).Replace(scanDeadSQL)
+	return sqlkit.Collect(ctx, x, q, append(args, s.Limit), func(rows *sql.Rows) (store.DeadBrief, error) {
+		var b store.DeadBrief
+		err := rows.Scan(&b.Seq, &b.ID, &b.Type, &b.LastError, &b.DeadAt)
+		return b, err
+	})
+}
+
+func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, evs []store.DeadBrief, upTo int64) (int64, error) {
+	var q string
+	cond := ` WHERE seq IN (SELECT value FROM json_each(?1)) AND dead_at IS NOT NULL AND dead_at <= ?2`
+	switch act {
+	case store.ActRequeue:
+		q = `UPDATE ` + a.t.Quoted() + ` SET ` + requeueSet + cond
+	case store.ActPurge:
+		q = `DELETE FROM ` + a.t.Quoted() + cond
+	default:
+		return 0, fmt.Errorf("sqlite: unknown dead action %d", act)
+	}
+	seqs := make([]int64, len(evs))
+	for i, e := range evs {
+		seqs[i] = e.Seq
+	}
+	slices.Sort(seqs)
+	run := func(x store.Execer) (int64, error) {
+		var total int64
+		for len(seqs) > 0 {
+			chunk := seqs[:min(len(seqs), 1000)]
+			seqs = seqs[len(chunk):]
+			n, err := sqlkit.Affected(ctx, x, q, sqlkit.JSONInts(chunk), upTo)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
+		return total, nil
+	}
+	if act == store.ActPurge {
+		return run(db)
+	}
+	var n int64
+	err := sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
+		var err error
+		n, err = run(tx)
+		return err
+	})
+	return n, err
+}
+
+func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {
+	return schema.CreateAdmin(ctx, x, a.t)
+}
+
+func (a *admin) AddAudit(ctx context.Context, x store.Execer, e store.AuditEntry) error {
+	_, err := x.ExecContext(ctx, `INSERT INTO `+a.t.Derived("_audit").Quoted()+` (at, actor, action, detail, events) VALUES (`+Now+`, ?, ?, ?, ?)`,
+		e.By, e.Action, e.Detail, e.Events)
+	return err
+}
+
+func (a *admin) FindAudit(ctx context.Context, x store.Execer, limit int) ([]store.AuditEntry, error) {
+	ok, err := schema.AdminExists(ctx, x, a.t)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return sqlkit.Collect(ctx, x, `SELECT seq, at, actor, action, detail, events FROM `+a.t.Derived("_audit").Quoted()+` ORDER BY seq DESC LIMIT ?`,
+		[]any{limit}, func(rows *sql.Rows) (store.AuditEntry, error) {
+			var (
+				e  store.AuditEntry
+				at int64
+			)
+			err := rows.Scan(&e.Seq, &at, &e.By, &e.Action, &e.Detail, &e.Events)
+			e.At = time.UnixMicro(at).UTC()
+			return e, err
+		})
 }
