@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	wmamqp "github.com/ThreeDotsLabs/watermill-amqp/v3/pkg/amqp"
 	wmkafka "github.com/ThreeDotsLabs/watermill-kafka/v3/pkg/kafka"
-	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	natsgo "github.com/nats-io/nats.go"
@@ -104,54 +103,19 @@ func natsPublisher(url string) (*natsjs.Publisher, error) {
 }
 
 // natsSubscriber is a consumer's subscriber for what natsPublisher
-// publishes: watermill-nats' JetStream subscriber, one durable consumer per
-// topic's stream, shared by every instance of the consumer.
-func natsSubscriber(url, consumer string) (*wmnats.Subscriber, error) {
-	const ackWait = 30 * time.Second // longer than a handler takes
-	return wmnats.NewSubscriber(wmnats.SubscriberConfig{
-		URL: url,
-		// Keep connecting, from the start and after a loss.
-		NatsOptions: []natsgo.Option{natsgo.MaxReconnects(-1), natsgo.ReconnectWait(250 * time.Millisecond), natsgo.RetryOnFailedConnect(true)},
-		// NATSMarshaler reads the headers natsjs writes: the message UUID
-		// (the event id, which the inbox keys on) and the metadata
-		// (herald_type, ...). It skips Nats-Msg-Id.
-		Unmarshaler: &wmnats.NATSMarshaler{},
-		// The queue group: the instances of one consumer share its messages
-		// (each message to one of them) instead of each getting every one.
-		QueueGroupPrefix: consumer,
-		SubscribersCount: 1,
-		// How long the subscriber waits for the handler's ack or nack; past
-		// it the message is left unacknowledged and JetStream redelivers it
-		// after AckWait.
-		AckWaitTimeout: ackWait,
-		CloseTimeout:   5 * time.Second,
-		JetStream: wmnats.JetStreamConfig{
-			// Makes the topic's stream when the consumer starts before the
-			// first publish, as natsPublisher would (named after the topic,
-			// the topic as its subject); a stream natsjs made is found.
-			AutoProvision: true,
-			// The durable consumer's name on each topic's stream (a stream
-			// per topic, so one name serves them all): JetStream keeps its
-			// position across restarts, and its unacknowledged messages.
-			DurablePrefix: consumer,
-			SubscribeOptions: []natsgo.SubOpt{
-				// A new durable reads the stream from its start: events
-				// published before the consumer first ran are not skipped.
-				natsgo.DeliverAll(),
-				// Every message acked on its own, by the subscriber once the
-				// handler (the inbox's transaction) committed.
-				natsgo.AckExplicit(),
-				// nats.go must not ack by itself when watermill-nats'
-				// callback returns: that callback returns after
-				// AckWaitTimeout even while the handler still runs, and a
-				// message whose handler then fails would be acked and
-				// never redelivered.
-				natsgo.ManualAck(),
-				// JetStream redelivers a message not acked within this.
-				natsgo.AckWait(ackWait),
-			},
-		},
-	}, watermill.NopLogger{})
+// publishes: natsjs.NewSubscriber, watermill-nats' JetStream subscriber set
+// up for an outbox's consumer. consumer names its durable JetStream
+// consumer on each topic's stream and its queue group: the instances of one
+// consumer share its messages, and JetStream keeps its position and its
+// unacknowledged messages across restarts. Each message is acked (AckSync)
+// only once the handler acked it, after the inbox's transaction committed; a
+// message whose process stopped first is delivered again after AckWait
+// (30s by default: longer than a handler takes). AutoProvision makes the
+// topic's stream, named as natsPublisher names it, when the consumer starts
+// before the first publish. The settings and why each is needed:
+// go doc github.com/heraldgo/herald/publishers/natsjs SubscriberConfig.Watermill.
+func natsSubscriber(url, consumer string) (*natsjs.Subscriber, error) {
+	return natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Consumer: consumer, AutoProvision: true, Logger: quiet})
 }
 
 // deleteNATSStreams deletes the streams named (a missing one is no error).

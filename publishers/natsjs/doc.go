@@ -19,6 +19,21 @@
 // created as watermill-nats creates it (named after the topic, the topic as
 // its subject).
 //
+// # Consuming
+//
+// NewSubscriber returns a consumer's subscriber for what Publisher
+// publishes, given the consumer's name: watermill-nats' JetStream
+// subscriber with the settings an outbox's consumer needs
+// (SubscriberConfig.Watermill lists them and why), on a durable consumer it
+// creates itself, so that the consumer's position and its unacknowledged
+// messages outlive every subscriber. A message is acked only once its
+// handler acked it; one whose subscriber closed or whose process stopped
+// first is delivered again after SubscriberConfig.AckWait:
+//
+//	sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Consumer: "shipping", AutoProvision: true})
+//	...
+//	router.AddConsumerHandler("ship-order", "order_paid", sub, handler) // behind the inbox
+//
 // # Whose fault a failure is
 //
 // A failed message is either its own refusal, which no retry changes (its

@@ -6,10 +6,7 @@ import (
 	"log"
 	"os"
 	"path/filepath"
-	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
-	wmnats "github.com/ThreeDotsLabs/watermill-nats/v2/pkg/nats"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,8 +35,8 @@ type Placed struct{ OrderID string }
 func (Placed) EventType() string { return "order.placed" }
 
 // The relay publishes through natsjs to JetStream, pipelined, in ordered
-// mode; a watermill-nats subscriber (NATSMarshaler) reads the events, the
-// event id as the message UUID.
+// mode; a consumer's Subscriber (watermill-nats' with NATSMarshaler) reads
+// the events, the event id as the message UUID.
 func Example() {
 	dir, err := os.MkdirTemp("", "natsjs-example")
 	if err != nil {
@@ -80,13 +77,9 @@ func Example() {
 		log.Fatal(err)
 	}
 
-	// The consumer's subscriber (docs/brokers.md, "Consuming what Herald publishes").
-	sub, err := wmnats.NewSubscriber(wmnats.SubscriberConfig{
-		URL: url, QueueGroupPrefix: "herald_natsjs_example", SubscribersCount: 1,
-		AckWaitTimeout: 30 * time.Second, CloseTimeout: 5 * time.Second, Unmarshaler: &wmnats.NATSMarshaler{},
-		JetStream: wmnats.JetStreamConfig{AutoProvision: true, DurablePrefix: "herald_natsjs_example",
-			SubscribeOptions: []nats.SubOpt{nats.DeliverAll(), nats.AckExplicit(), nats.ManualAck(), nats.AckWait(30 * time.Second)}},
-	}, watermill.NopLogger{})
+	// The consumer's subscriber: a durable consumer of the example's name on the
+	// topic's stream, acked by hand once the handler committed.
+	sub, err := natsjs.NewSubscriber(natsjs.SubscriberConfig{URL: url, Consumer: "herald_natsjs_example", AutoProvision: true})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -284,26 +284,35 @@ func (p *Publisher) ensureStream(ctx context.Context, topic string) error {
 	if p.streams[topic] {
 		return nil
 	}
-	sc := p.cfg.StreamConfig(topic)
-	if _, err := p.js.Stream(ctx, sc.Name); err != nil {
-		if !errors.Is(err, jetstream.ErrStreamNotFound) {
-			return fmt.Errorf("natsjs: look up stream %q: %w", sc.Name, err)
-		}
-		_, err := p.js.CreateStream(ctx, sc)
-		var api *jetstream.APIError
-		switch {
-		case err == nil:
-			p.log.Info("natsjs: stream created", "stream", sc.Name, "subjects", sc.Subjects)
-		case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
-		case errors.As(err, &api) && api.ErrorCode == codeSubjectOverlap:
-			// The topic (a literal subject) is one an existing stream's
-			// subjects capture: that stream stores what is published to it.
-			p.log.Info("natsjs: stream not created: another stream captures its subjects", "stream", sc.Name, "subjects", sc.Subjects)
-		default:
-			return fmt.Errorf("natsjs: create stream %q: %w", sc.Name, err)
-		}
+	if err := provisionStream(ctx, p.js, p.cfg.StreamConfig(topic), p.log); err != nil {
+		return err
 	}
 	p.streams[topic] = true
+	return nil
+}
+
+// provisionStream creates the stream sc unless a stream of its name exists or
+// another stream captures its subjects (API error 10065): the stream
+// Publisher and Subscriber provision for a topic.
+func provisionStream(ctx context.Context, js jetstream.JetStream, sc jetstream.StreamConfig, log *slog.Logger) error {
+	if _, err := js.Stream(ctx, sc.Name); err == nil {
+		return nil
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("natsjs: look up stream %q: %w", sc.Name, err)
+	}
+	_, err := js.CreateStream(ctx, sc)
+	var api *jetstream.APIError
+	switch {
+	case err == nil:
+		log.Info("natsjs: stream created", "stream", sc.Name, "subjects", sc.Subjects)
+	case errors.Is(err, jetstream.ErrStreamNameAlreadyInUse):
+	case errors.As(err, &api) && api.ErrorCode == codeSubjectOverlap:
+		// The topic (a literal subject) is one an existing stream's
+		// subjects capture: that stream stores what is published to it.
+		log.Info("natsjs: stream not created: another stream captures its subjects", "stream", sc.Name, "subjects", sc.Subjects)
+	default:
+		return fmt.Errorf("natsjs: create stream %q: %w", sc.Name, err)
+	}
 	return nil
 }
 
