@@ -132,6 +132,27 @@ func hostCalls() []hostCall {
 		{"MoveKey/miss", false, moveKey(missKey)},
 		{"MoveKey/first", true, moveKey(firstK)},
 		{"MoveKey/last", false, moveKey(lastK)},
+		// The same, recorded on an aggregate and applied by its save.
+		{"aggregate.Cancel/hit", false, fromAggregate(func(a *Account, f hostFixture) { a.Cancel(f.hit) })},
+		{"aggregate.Cancel/deleted", true, fromAggregate(func(a *Account, f hostFixture) { a.Cancel(f.deleted) })},
+		{"aggregate.Cancel/last", true, fromAggregate(func(a *Account, _ hostFixture) { a.Cancel(lastID) })},
+		{"aggregate.Move/hit", false, fromAggregate(func(a *Account, f hostFixture) { a.Move(f.hit, events.After(2*time.Hour)) })},
+		{"aggregate.CancelKey/hit", false, fromAggregate(func(a *Account, f hostFixture) { a.CancelKey(f.hitKey) })},
+		{"aggregate.CancelKey/miss", false, fromAggregate(func(a *Account, _ hostFixture) { a.CancelKey("reminder:" + uuid.NewString()) })},
+		{"aggregate.CancelKey/first", true, fromAggregate(func(a *Account, _ hostFixture) { a.CancelKey(firstKey) })},
+		{"aggregate.MoveKey/last", false, fromAggregate(func(a *Account, _ hostFixture) { a.MoveKey(lastKey, events.After(2*time.Hour)) })},
+	}
+}
+
+// fromAggregate is a matrix call that records a cancel or move on a new
+// account (rec) and saves it with an event: the plugin applies it in the
+// save's transaction.
+func fromAggregate(rec func(a *Account, f hostFixture)) func(*gorm.DB, hostFixture) error {
+	return func(tx *gorm.DB, f hostFixture) error {
+		a := &Account{ID: uuid.New()}
+		a.Record(Deposited{AccountID: a.ID})
+		rec(a, f)
+		return tx.Create(a).Error
 	}
 }
 
@@ -161,6 +182,9 @@ func testHostUnrelatedSaveNeverWaits(t *testing.T, dl testkit.Dialect) {
 	must(t, bystander.Use(outboxhook.New(outboxhook.Config{})))
 	must(t, e.db.AutoMigrate(&HostNote{}))
 	in, err := inbox.New(e.db, inbox.Config{Consumer: "host", Logger: quiet()})
+	must(t, err)
+	inRenamed, err := inbox.New(e.db, inbox.Config{Consumer: "host2", Logger: quiet(),
+		FormerConsumers: map[string][]string{"host2": {"host-old", "host-older"}}})
 	must(t, err)
 	// Events at both ends of the indexes, and keyed ones beside the keys
 	// the calls name, as an outbox in use has.
@@ -253,21 +277,36 @@ func testHostUnrelatedSaveNeverWaits(t *testing.T, dl testkit.Dialect) {
 			}
 		})
 	}
-	t.Run("inbox", func(t *testing.T) {
-		entered, release := make(chan struct{}), make(chan struct{})
-		h := in.Middleware(func(msg *message.Message) ([]*message.Message, error) {
-			close(entered)
-			<-release
-			return nil, nil
+	// The inbox's statements in the handler's transaction: its insert, and
+	// with an intent key and a consumer's former names, their lookups.
+	for _, tc := range []struct {
+		name string
+		in   *inbox.Inbox
+		key  string
+	}{
+		{"inbox", in, ""},
+		{"inbox/intent key, former names", inRenamed, "refund:" + uuid.NewString()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			entered, release := make(chan struct{}), make(chan struct{})
+			h := tc.in.Middleware(func(msg *message.Message) ([]*message.Message, error) {
+				close(entered)
+				<-release
+				return nil, nil
+			})
+			handled := make(chan error, 1)
+			msg := message.NewMessage(uuid.Must(uuid.NewV7()).String(), []byte(`{}`))
+			if tc.key != "" {
+				msg.Metadata.Set(events.MetaDedupKey, tc.key)
+			}
+			go func() {
+				_, err := h(msg)
+				handled <- err
+			}()
+			wait(t, entered, 10*time.Second, "the handler")
+			check(t, heldBack(dl, sql.LevelDefault, hostCall{}), func() error { close(release); return <-handled })
 		})
-		handled := make(chan error, 1)
-		go func() {
-			_, err := h(message.NewMessage(uuid.Must(uuid.NewV7()).String(), []byte(`{}`)))
-			handled <- err
-		}()
-		wait(t, entered, 10*time.Second, "the handler")
-		check(t, heldBack(dl, sql.LevelDefault, hostCall{}), func() error { close(release); return <-handled })
-	})
+	}
 }
 
 // HostNote is a table of the service's own, which the matrix's caller reads
