@@ -48,9 +48,24 @@ type OrderPaid struct {
 
 func (OrderPaid) EventType() string { return "order.paid" }
 
+// One payment per order, however often it is sent: the inbox deduplicates by this key.
+func (p OrderPaid) DedupKey() string { return "paid:" + p.OrderID }
+
+type PaymentDue struct {
+	OrderID string `json:"order_id"`
+}
+
+func (PaymentDue) EventType() string { return "order.payment_due" }
+
+func (o *Order) Place() {
+	o.Status = "placed" // the reminder is published in a day, unless cancelled before
+	o.Schedule(PaymentDue{OrderID: o.ID}, events.After(24*time.Hour).Keyed("reminder:"+o.ID))
+}
+
 func (o *Order) Pay(amount int) {
 	o.Status = "paid"
 	o.Record(OrderPaid{OrderID: o.ID, Amount: amount}) // id: a UUIDv7, taken now
+	o.CancelKey("reminder:" + o.ID)                    // in the payment's transaction
 }
 
 // README:end
@@ -151,7 +166,8 @@ func run(ctx context.Context) error {
 	go in.Run(ctx)     //nolint:errcheck // deletes processed ids after Retention
 	// README:end
 
-	order := Order{ID: uuid.NewString(), Status: "placed"}
+	order := Order{ID: uuid.NewString()}
+	order.Place()
 	if err := db.Create(&order).Error; err != nil {
 		return err
 	}
@@ -161,6 +177,9 @@ func run(ctx context.Context) error {
 		return err // the UPDATE and the outbox row commit together, or neither
 	}
 	// README:end
+	if r := order.Rescheduled(); len(r) != 1 || r[0].Changed != 1 {
+		return fmt.Errorf("the payment did not cancel the reminder: %+v", r)
+	}
 
 	// README:add
 	// Events with no aggregate, in a transaction of your own:
