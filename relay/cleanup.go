@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/heraldgo/herald/internal/outbound"
 )
 
 // cleaner deletes published events older than Retention, a batch at a time, on
@@ -11,7 +13,7 @@ import (
 // lock).
 func (r *Relay) cleaner(ctx context.Context) {
 	lim := newLimiter(30 * time.Second)
-	for sleep(ctx, jitter(r.cfg.CleanupInterval)) {
+	for outbound.Sleep(ctx, jitter(r.cfg.CleanupInterval)) {
 		n, err := r.Cleanup(ctx)
 		if err != nil && ctx.Err() == nil && lim.allow() {
 			r.log.Warn("cleanup failed", "err", err, "suppressed", lim.suppressed())

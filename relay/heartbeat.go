@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -96,7 +97,7 @@ func (r *Relay) heartbeat(ctx context.Context) {
 		} else {
 			fails = 0
 		}
-		if !sleep(ctx, wait) {
+		if !outbound.Sleep(ctx, wait) {
 			return
 		}
 	}

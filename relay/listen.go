@@ -12,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/ident"
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -115,7 +116,7 @@ func (n *Notifier) Run(ctx context.Context) error {
 		if err := n.waker.Notify(ctx, n.db, n.channel); err != nil && ctx.Err() == nil && lim.allow() {
 			n.log.Warn("notify failed", "err", err, "suppressed", lim.suppressed())
 		}
-		if !sleep(ctx, n.every) {
+		if !outbound.Sleep(ctx, n.every) {
 			return nil
 		}
 	}

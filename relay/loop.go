@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/heraldgo/herald/internal/outbound"
 )
 
 // loop claims and publishes batches until ctx is done.
@@ -26,7 +28,7 @@ func (r *Relay) loop(ctx context.Context) {
 			if errLimit.allow() {
 				r.log.Warn("relay cycle failed; backing off", "err", err, "failures", fails, "suppressed", errLimit.suppressed())
 			}
-			if !sleep(ctx, faultBackoff(50*time.Millisecond, fails)) {
+			if !outbound.Sleep(ctx, faultBackoff(50*time.Millisecond, fails)) {
 				return
 			}
 			continue

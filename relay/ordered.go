@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
 )
@@ -47,7 +48,7 @@ func (l *leases) run(ctx context.Context) {
 			l.r.log.Warn("partition leases: renewal failed", "err", err, "suppressed", lim.suppressed())
 		}
 		pr.prune(ctx)
-		if !sleep(ctx, every) {
+		if !outbound.Sleep(ctx, every) {
 			break
 		}
 	}

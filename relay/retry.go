@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"time"
+
+	"github.com/heraldgo/herald/internal/outbound"
 )
 
 // This file owns every retry and backoff the relay does: the policy that
@@ -197,7 +199,7 @@ func retry(ctx context.Context, log *slog.Logger, what string, f func(context.Co
 		if lim.allow() {
 			log.Warn(what+" failed; retrying", "err", err, "tries", n, "suppressed", lim.suppressed())
 		}
-		if !sleep(ctx, faultBackoff(100*time.Millisecond, n)) {
+		if !outbound.Sleep(ctx, faultBackoff(100*time.Millisecond, n)) {
 			return false
 		}
 	}

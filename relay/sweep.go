@@ -3,6 +3,8 @@ package relay
 import (
 	"context"
 	"time"
+
+	"github.com/heraldgo/herald/internal/outbound"
 )
 
 // sweepDuty bounds the database time the sweep may take: after a sweep whose
@@ -24,7 +26,7 @@ const sweepDuty = 200
 func (r *Relay) sweeper(ctx context.Context) {
 	lim := newLimiter(30 * time.Second)
 	wait := r.cfg.SweepInterval
-	for sleep(ctx, jitter(wait)) {
+	for outbound.Sleep(ctx, jitter(wait)) {
 		scan, err := r.sweep(ctx)
 		wait = max(r.cfg.SweepInterval, sweepDuty*scan)
 		if err != nil && ctx.Err() == nil && lim.allow() {

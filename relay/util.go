@@ -1,22 +1,9 @@
 package relay
 
 import (
-	"context"
 	"sync"
 	"time"
 )
-
-// sleep waits d or until ctx is done; it reports whether the wait completed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
 
 // limiter lets a log line through at most once per interval, counting the rest.
 type limiter struct {

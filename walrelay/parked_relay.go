@@ -7,6 +7,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -33,7 +34,7 @@ func (r *Relay) runParked(ctx context.Context) {
 		}
 		r.log.ErrorContext(ctx, "walrelay: the relay of the parked events stopped; starting it again",
 			"error", err, "table", r.table.String(), "retry_in", r.cfg.RetryInterval)
-		if !sleep(ctx, r.cfg.RetryInterval) {
+		if !outbound.Sleep(ctx, r.cfg.RetryInterval) {
 			return
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/store"
 )
 
@@ -52,7 +53,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			waiting = false
 			r.log.WarnContext(ctx, "walrelay: streaming failed; retrying", "error", err, "retry_in", r.cfg.RetryInterval)
 		}
-		if !sleep(ctx, r.cfg.RetryInterval) {
+		if !outbound.Sleep(ctx, r.cfg.RetryInterval) {
 			return nil
 		}
 	}
@@ -122,7 +123,7 @@ func (s *session) follow(ctx context.Context, rd *reader) error {
 			}
 		}
 		if len(s.held) >= cfg.MaxHeld { // read no further until some are settled
-			if !sleep(ctx, time.Until(s.retryAt)) {
+			if !outbound.Sleep(ctx, time.Until(s.retryAt)) {
 				return nil
 			}
 			continue
@@ -169,17 +170,5 @@ func ended(ctx context.Context, err error) error {
 		return nil // the error is the cancellation's
 	default:
 		return err
-	}
-}
-
-// sleep waits d, or until ctx is done (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }

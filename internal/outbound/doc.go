@@ -3,5 +3,5 @@
 // built from a stored row, the publish call (timeout, panic, one result per
 // message, producer spans), the evidence that a later call succeeded, whose
 // fault a failure is (publish.ErrRejected) and the error it records
-// (LastError). Each exists once, here.
+// (LastError), and the wait between attempts (Sleep). Each exists once, here.
 package outbound

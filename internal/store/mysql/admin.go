@@ -92,8 +92,8 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 		args  []any
 	)
 	if len(f.IDs) > 0 {
-		where = append(where, "o.id IN ("+placeholders(len(f.IDs))+")")
-		args = append(args, anys(f.IDs)...)
+		where = append(where, "o.id IN ("+sqlkit.Placeholders(len(f.IDs))+")")
+		args = append(args, sqlkit.Anys(f.IDs)...)
 	}
 	if f.Type != "" {
 		where = append(where, "o.type = ?")

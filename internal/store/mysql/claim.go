@@ -74,8 +74,8 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	if len(owned) == 0 {
 		return nil, nil
 	}
-	q := strings.ReplaceAll(r.q.claimOrdered, "{owned}", placeholders(len(owned)))
-	branch := append(append([]any{partitions}, anys(owned)...), limit)
+	q := strings.ReplaceAll(r.q.claimOrdered, "{owned}", sqlkit.Placeholders(len(owned)))
+	branch := append(append([]any{partitions}, sqlkit.Anys(owned)...), limit)
 	args := append(append(append([]any{}, branch...), branch...), limit)
 	rows, err := sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var sched bool

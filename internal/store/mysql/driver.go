@@ -29,6 +29,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Now is the database's current UTC time, to the microsecond.
@@ -80,16 +81,6 @@ func IsTableMissing(err error) bool {
 // "access denied" (1044).
 func (Driver) PermissionDenied(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "Error 1142") || strings.Contains(err.Error(), "Error 1044"))
-}
-
-func placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
-
-func anys[T any](xs []T) []any {
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out
 }
 
 // parseTime reads a DATETIME(6) whether the DSN has parseTime or not.
@@ -156,7 +147,7 @@ func checkConnLoc(ctx context.Context, db store.Execer) error {
 	for i := range cols {
 		cols[i] = "CAST(? AS CHAR)"
 	}
-	rows, err := db.QueryContext(ctx, `SELECT `+strings.Join(cols, ", ")+`, CAST('2000-01-01 00:00:00' AS DATETIME)`, anys(probes)...)
+	rows, err := db.QueryContext(ctx, `SELECT `+strings.Join(cols, ", ")+`, CAST('2000-01-01 00:00:00' AS DATETIME)`, sqlkit.Anys(probes)...)
 	if err != nil {
 		return nil
 	}

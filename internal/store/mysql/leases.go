@@ -56,8 +56,8 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 	if len(parts) == 0 {
 		return nil
 	}
-	_, err := x.ExecContext(ctx, "UPDATE "+l.t+" SET owner = '', expires_at = '1970-01-01 00:00:00' WHERE owner = ? AND `partition` IN ("+placeholders(len(parts))+")",
-		append([]any{instance}, anys(parts)...)...)
+	_, err := x.ExecContext(ctx, "UPDATE "+l.t+" SET owner = '', expires_at = '1970-01-01 00:00:00' WHERE owner = ? AND `partition` IN ("+sqlkit.Placeholders(len(parts))+")",
+		append([]any{instance}, sqlkit.Anys(parts)...)...)
 	return err
 }
 
@@ -75,12 +75,12 @@ func (l leases) Acquire(ctx context.Context, db store.DB, p store.AcquireParams)
 	if err != nil || len(got) == 0 {
 		return nil, err
 	}
-	in := "`partition` IN (" + placeholders(len(got)) + ")"
+	in := "`partition` IN (" + sqlkit.Placeholders(len(got)) + ")"
 	if _, err := tx.ExecContext(ctx, "UPDATE "+l.t+" SET owner = ?, expires_at = "+Now+" + INTERVAL ? MICROSECOND, generation = generation + 1 WHERE "+in,
-		append([]any{p.Instance, p.Lease.Microseconds()}, anys(got)...)...); err != nil {
+		append([]any{p.Instance, p.Lease.Microseconds()}, sqlkit.Anys(got)...)...); err != nil {
 		return nil, err
 	}
-	out, err := sqlkit.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, anys(got), sqlkit.ScanLease)
+	out, err := sqlkit.Collect(ctx, tx, "SELECT `partition`, generation FROM "+l.t+" WHERE "+in, sqlkit.Anys(got), sqlkit.ScanLease)
 	if err != nil {
 		return nil, err
 	}

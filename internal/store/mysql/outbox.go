@@ -158,7 +158,7 @@ func (o *outbox) LockAggregates(ctx context.Context, x store.Execer, keys []int6
 		return nil
 	}
 	b := sqlkit.Buckets(keys)
-	got, err := sqlkit.Column[int64](ctx, x, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+placeholders(len(b))+`) ORDER BY k FOR UPDATE`, anys(b)...)
+	got, err := sqlkit.Column[int64](ctx, x, `SELECT k FROM `+Quote(o.t.Derived("_locks"))+` WHERE k IN (`+sqlkit.Placeholders(len(b))+`) ORDER BY k FOR UPDATE`, sqlkit.Anys(b)...)
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,7 +39,7 @@ func newAdmin(t ident.Table) *admin {
   coalesce(sum(dead_at IS NOT NULL), 0),
   {now} - min(CASE WHEN dead_at IS NULL THEN {since} END)
 FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
-	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= {now} - 60000000 GROUP BY topic`)
+	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= {now} - ` + strconv.FormatInt(time.Minute.Microseconds(), 10) + ` GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL {where} ORDER BY dead_at, seq LIMIT ?`)
 	// Failing: pending with a failed attempt. A row a relay has leased has
@@ -79,8 +80,8 @@ func (a *admin) FindDead(ctx context.Context, x store.Execer, f store.DeadFilter
 		args  []any
 	)
 	if len(f.IDs) > 0 {
-		where = append(where, "id IN ("+placeholders(len(f.IDs))+")")
-		args = append(args, anys(f.IDs)...)
+		where = append(where, "id IN ("+sqlkit.Placeholders(len(f.IDs))+")")
+		args = append(args, sqlkit.Anys(f.IDs)...)
 	}
 	if f.Type != "" {
 		where = append(where, "type = ?")

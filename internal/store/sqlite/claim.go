@@ -102,8 +102,8 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	if len(owned) == 0 {
 		return nil, nil
 	}
-	q := strings.ReplaceAll(r.q.claimOrdered, "{owned}", placeholders(len(owned)))
-	branch := append(append([]any{partitions}, anys(owned)...), limit)
+	q := strings.ReplaceAll(r.q.claimOrdered, "{owned}", sqlkit.Placeholders(len(owned)))
+	branch := append(append([]any{partitions}, sqlkit.Anys(owned)...), limit)
 	args := append(append(append([]any{}, branch...), branch...), limit)
 	rows, err := r.claim(ctx, x, nil, false, true, q, args...)
 	if err != nil {

@@ -52,16 +52,3 @@ func IsTableMissing(err error) bool {
 func (Driver) PermissionDenied(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "readonly") || strings.Contains(err.Error(), "not authorized"))
 }
-
-// placeholders returns "?, ?, ..." for n values.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
-func anys[T any](xs []T) []any {
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out
-}

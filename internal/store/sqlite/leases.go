@@ -48,8 +48,8 @@ func (l leases) Release(ctx context.Context, x store.Execer, instance string, pa
 	if len(parts) == 0 {
 		return nil
 	}
-	_, err := x.ExecContext(ctx, `UPDATE `+l.t+` SET owner = '', expires_at = 0 WHERE owner = ? AND partition IN (`+placeholders(len(parts))+`)`,
-		append([]any{instance}, anys(parts)...)...)
+	_, err := x.ExecContext(ctx, `UPDATE `+l.t+` SET owner = '', expires_at = 0 WHERE owner = ? AND partition IN (`+sqlkit.Placeholders(len(parts))+`)`,
+		append([]any{instance}, sqlkit.Anys(parts)...)...)
 	return err
 }
 

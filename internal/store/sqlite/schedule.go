@@ -91,7 +91,7 @@ func scheduleArgs(s store.Schedule) (at, after any) {
 func (o *outbox) scheduledInsert(ctx context.Context, x store.Execer, evs []store.Row) (int64, error) {
 	var b strings.Builder
 	b.WriteString(scheduledInsertHead)
-	row := "(" + placeholders(scheduleCols) + ")"
+	row := "(" + sqlkit.Placeholders(scheduleCols) + ")"
 	args := make([]any, 0, scheduleCols*len(evs))
 	for i := range evs {
 		e := &evs[i]

@@ -166,3 +166,16 @@ func InTx(ctx context.Context, db store.DB, opts *sql.TxOptions, f func(tx store
 	}
 	return tx.Commit()
 }
+
+// Placeholders returns "?, ?, ..." for n values: the parameter list of a
+// statement of MySQL or SQLite.
+func Placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
+
+// Anys returns xs as statement arguments.
+func Anys[T any](xs []T) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
