@@ -24,7 +24,7 @@ import (
 // The Relay, what New makes of its Config and the database it is bound to.
 // Run (run.go) sets it up (setup.go, the slot in lost.go) and streams the
 // slot: the stream read and decoded ahead (stream.go), the session that
-// follows it (session.go), publishes (pipeline.go) and parks what the
+// follows it (session.go), publishes (publish.go) and parks what the
 // broker refuses (park.go).
 
 // Errors Setup and Run return, wrapped, for what no retry can fix.

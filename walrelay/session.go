@@ -17,7 +17,7 @@ import (
 // The session: what one stream knows of the events it took (held, pending)
 // and of the position every event before which is settled, which it
 // confirms. It takes the reader's items (take): an event goes to be
-// published (pipeline.go) or, behind its aggregate's, held or parked
+// published (publish.go) or, behind its aggregate's, held or parked
 // (park.go).
 
 // held is an event of the stream the relay has not settled: read and not
