@@ -73,7 +73,7 @@ func (h *health) observe(out *outcome, now time.Time, window time.Duration) (tim
 	}
 	var keys []topicType
 	for _, rw := range out.ok {
-		k := topicType{rw.topic, rw.typ}
+		k := topicType{rw.Topic, rw.Type}
 		if !h.rec.done[k] && len(h.rec.done) < maxRecoveryKeys {
 			h.rec.done[k] = true
 			keys = append(keys, k)

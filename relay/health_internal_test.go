@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/heraldgo/herald/internal/store"
 )
 
 // A batch, as the outage recovery sees it: published rows, and failed rows
@@ -11,10 +13,10 @@ import (
 func batchOf(at time.Time, ok []string, failedAttempts ...int) *outcome {
 	out := &outcome{failedAt: at}
 	for _, typ := range ok {
-		out.add(&row{id: typ, topic: "t", typ: typ}, result{})
+		out.add(&row{Row: store.Row{ID: typ, Topic: "t", Type: typ}}, result{})
 	}
 	for _, n := range failedAttempts {
-		out.add(&row{id: "f", topic: "t", typ: "a", attempts: n}, result{err: errors.New("down"), end: at})
+		out.add(&row{Row: store.Row{ID: "f", Topic: "t", Type: "a", Attempts: n}}, result{err: errors.New("down"), end: at})
 	}
 	return out
 }

@@ -44,7 +44,7 @@ func (r *Relay) mark(ctx context.Context, b store.Batch, out *outcome) (lost, er
 	if len(out.ok) > 0 {
 		ids := make([]string, len(out.ok))
 		for i, rw := range out.ok {
-			ids[i] = rw.id
+			ids[i] = rw.ID
 		}
 		if err := b.MarkPublished(ctx, ids); errors.Is(err, store.ErrLeaseLost) {
 			lost = err
@@ -79,9 +79,9 @@ func (r *Relay) markFailed(ctx context.Context, b store.Batch, out *outcome) (ma
 		strike := !f.poison && (f.rejected || out.ev.SucceededSince(f.end) ||
 			r.cfg.Confirmer != nil && r.cfg.Confirmer.SucceededSince(f.end))
 		d := r.decide(f, strike)
-		fs[i] = store.Failure{ID: f.row.id, Err: f.err, Strike: strike, Dead: d.Dead, Delay: d.Delay}
+		fs[i] = store.Failure{ID: f.row.ID, Err: f.err, Strike: strike, Dead: d.Dead, Delay: d.Delay}
 		if fs[i].Dead {
-			dead[f.row.id] = true
+			dead[f.row.ID] = true
 		}
 	}
 	at, marked, err := r.markFailures(ctx, b, fs)

@@ -201,9 +201,9 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 		byAgg = map[string]int{}
 	)
 	for _, rw := range rows {
-		key := rw.aggType + "\x00" + rw.aggID
-		if rw.aggID == "" {
-			key = rw.id
+		key := rw.AggregateType + "\x00" + rw.AggregateID
+		if rw.AggregateID == "" {
+			key = rw.ID
 		}
 		i, ok := byAgg[key]
 		if !ok {

@@ -48,7 +48,7 @@ func (o *outcome) publishFailures() (failed, first bool) {
 	for _, f := range o.failed {
 		if !f.poison && !f.rejected {
 			failed = true
-			first = first || f.row.attempts == 0
+			first = first || f.row.Attempts == 0
 		}
 	}
 	return failed, first

@@ -29,14 +29,11 @@ var (
 	ErrRejected = publish.ErrRejected
 )
 
-// row is a claimed outbox row.
+// row is a claimed outbox row, ready to publish.
 type row struct {
-	id, typ, aggType, aggID, topic string
-	version, attempts, strikes     int
-	payload, metadata              []byte
-	occurred                       time.Time
-	msg                            *message.Message
-	err                            error // set when the row cannot become a message
+	store.Row
+	msg *message.Message
+	err error // set when the row cannot become a message
 }
 
 // toRows makes claimed rows ready to publish: each with its message, or the
@@ -44,12 +41,9 @@ type row struct {
 func toRows(claimed []store.Row) []*row {
 	out := make([]*row, len(claimed))
 	for i := range claimed {
-		c := &claimed[i]
-		r := &row{id: c.ID, typ: c.Type, aggType: c.AggregateType, aggID: c.AggregateID, topic: c.Topic,
-			version: c.Version, attempts: c.Attempts, strikes: c.Strikes, payload: c.Payload, metadata: c.Metadata,
-			occurred: c.OccurredAt}
+		r := &row{Row: claimed[i]}
 		var env events.Envelope
-		if env, r.err = outbound.Envelope(c); r.err == nil {
+		if env, r.err = outbound.Envelope(&r.Row); r.err == nil {
 			r.msg = outbound.Message(env)
 		}
 		out[i] = r
@@ -128,12 +122,12 @@ func (r *Relay) publishRun(startBy context.Context, ev *outbound.Evidence, rows 
 	for _, rw := range rows {
 		msgs = append(msgs, rw.msg)
 	}
-	r.publish(startBy, ev, rows[0].topic, msgs, res)
+	r.publish(startBy, ev, rows[0].Topic, msgs, res)
 	if r.caller.Batch() || res[0].err == nil || len(rows) == 1 {
 		return res
 	}
 	for i, rw := range rows {
-		r.publish(startBy, ev, rw.topic, []*message.Message{rw.msg.Copy()}, res[i:i+1])
+		r.publish(startBy, ev, rw.Topic, []*message.Message{rw.msg.Copy()}, res[i:i+1])
 	}
 	return res
 }
@@ -152,10 +146,10 @@ func (r *Relay) publishSet(startBy context.Context, ev *outbound.Evidence, rows 
 		topics  []string
 	)
 	for i, rw := range rows {
-		if _, ok := byTopic[rw.topic]; !ok {
-			topics = append(topics, rw.topic)
+		if _, ok := byTopic[rw.Topic]; !ok {
+			topics = append(topics, rw.Topic)
 		}
-		byTopic[rw.topic] = append(byTopic[rw.topic], i)
+		byTopic[rw.Topic] = append(byTopic[rw.Topic], i)
 	}
 	for _, t := range topics {
 		chunks = append(chunks, chunk(byTopic[t], r.cfg.PublishConcurrency)...)

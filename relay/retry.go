@@ -134,13 +134,13 @@ func (c *Config) defaultRetryPolicy() DefaultRetryPolicy {
 // panics is logged and the default policy decides instead; a negative delay
 // is none.
 func (r *Relay) decide(f failure, confirmed bool) (d RetryDecision) {
-	strikes := f.row.strikes
+	strikes := f.row.Strikes
 	if confirmed {
 		strikes++
 	}
 	ev := FailedEvent{
-		ID: f.row.id, Topic: f.row.topic, Type: f.row.typ,
-		Attempts: f.row.attempts + 1, Strikes: strikes,
+		ID: f.row.ID, Topic: f.row.Topic, Type: f.row.Type,
+		Attempts: f.row.Attempts + 1, Strikes: strikes,
 		Confirmed: confirmed, Poison: f.poison, Err: f.cause,
 	}
 	defer func() {

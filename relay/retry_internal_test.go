@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
@@ -99,7 +100,7 @@ func TestDecide(t *testing.T) {
 	})}
 	cfg.setDefaults()
 	r := &Relay{cfg: cfg, log: cfg.Logger}
-	f := failure{row: &row{id: "e", topic: "t", typ: "ty", attempts: 3, strikes: 1}, cause: ErrPublishTimeout}
+	f := failure{row: &row{Row: store.Row{ID: "e", Topic: "t", Type: "ty", Attempts: 3, Strikes: 1}}, cause: ErrPublishTimeout}
 	if d := r.decide(f, true); d.Dead || d.Delay != 0 {
 		t.Fatalf("decide = %+v", d)
 	}
