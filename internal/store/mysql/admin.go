@@ -322,31 +322,7 @@ func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, 
 		seqs[i] = e.Seq
 	}
 	slices.Sort(seqs)
-	if act == store.ActPurge {
-		var total int64
-		for len(seqs) > 0 {
-			chunk := seqs[:min(len(seqs), 1000)]
-			seqs = seqs[len(chunk):]
-			var n int64
-			err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
-				var err error
-				n, err = bySeqs(ctx, tx, q, chunk, upTo)
-				return err
-			})
-			total += n
-			if err != nil {
-				return total, err
-			}
-		}
-		return total, nil
-	}
-	var n int64
-	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
-		var err error
-		n, err = bySeqs(ctx, tx, q, seqs, upTo)
-		return err
-	})
-	return n, err
+	return sqlkit.ActChunks(ctx, db, readCommitted, act == store.ActPurge, seqs, func(c []int64) any { return sqlkit.JSONInts(c) }, q, upTo)
 }
 
 func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -55,10 +54,7 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 		if IsDuplicate(err) {
 			return false, nil
 		}
-		if IsTableMissing(err) {
-			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-		}
-		return false, err
+		return false, sqlkit.TableError(in.t, IsTableMissing, err)
 	}
 	return true, nil
 }
@@ -67,47 +63,24 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 // consistent read: no lock, no gap lock below SERIALIZABLE; false for a key
 // the columns cannot hold (over 255 characters, invalid UTF-8).
 func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
-	for _, s := range []string{consumer, id} {
-		if !utf8.ValidString(s) || utf8.RuneCountInString(s) > 255 {
-			return false, nil
-		}
+	if !holds(consumer) || !holds(id) {
+		return false, nil
 	}
 	found, err := sqlkit.Found(ctx, x, in.recorded, consumer, id, len(consumer), len(id))
-	if err != nil && IsTableMissing(err) {
-		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-	}
-	return found, err
+	return found, sqlkit.TableError(in.t, IsTableMissing, err)
 }
 
 // Consumers probes the primary key once per name, in one UNION ALL of
 // LIMIT 1 consistent reads (no lock, no gap lock below SERIALIZABLE), byte
 // for byte as Recorded; false for a name the column cannot hold.
 func (in *inbox) Consumers(ctx context.Context, x store.Execer, consumers []string) ([]bool, error) {
-	out := make([]bool, len(consumers))
-	var parts []string
-	var args []any
-	for i, c := range consumers {
-		if !utf8.ValidString(c) || utf8.RuneCountInString(c) > 255 {
-			continue
-		}
-		args = append(args, c, len(c))
-		parts = append(parts, fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = ? AND LENGTH(consumer) = ? LIMIT 1) AS c%d`, i, Quote(in.t), i))
-	}
-	if len(parts) == 0 {
-		return out, nil
-	}
-	found, err := sqlkit.Column[int](ctx, x, strings.Join(parts, " UNION ALL "), args...)
-	if err != nil {
-		if IsTableMissing(err) {
-			return nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-		}
-		return nil, err
-	}
-	for _, i := range found {
-		out[i] = true
-	}
-	return out, nil
+	return sqlkit.Probes(ctx, x, in.t, IsTableMissing, consumers, holds, func(i int, c string, args []any) (string, []any) {
+		return fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = ? AND LENGTH(consumer) = ? LIMIT 1) AS c%d`, i, Quote(in.t), i), append(args, c, len(c))
+	})
 }
+
+// holds reports whether a key column (VARCHAR(255), utf8mb4) holds s.
+func holds(s string) bool { return utf8.ValidString(s) && utf8.RuneCountInString(s) <= 255 }
 
 // Cleanup deletes a batch (DELETE ... LIMIT), at READ COMMITTED: no gap lock
 // for the inbox's inserts to wait on; concurrent cleaners take turns on

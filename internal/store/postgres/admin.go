@@ -261,35 +261,11 @@ func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, 
 	for i, e := range evs {
 		ids[i] = e.ID
 	}
-	run := func(x store.Execer) (int64, error) {
-		var total int64
-		for len(ids) > 0 {
-			chunk := ids[:min(len(ids), 1000)]
-			ids = ids[len(chunk):]
-			n, err := sqlkit.Affected(ctx, x, q, chunk, upTo)
-			total += n
-			if err != nil {
-				return total, err
-			}
-		}
-		return total, nil
-	}
-	if act == store.ActPurge {
-		return run(db)
-	}
-	var n int64
-	err := sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
-		var err error
-		n, err = run(tx)
-		return err
-	})
-	if err != nil {
-		return 0, err
-	}
-	if n > 0 {
+	n, err := sqlkit.ActChunks(ctx, db, nil, act == store.ActPurge, ids, func(c []string) any { return c }, q, upTo)
+	if err == nil && n > 0 && act == store.ActRequeue {
 		a.rel.pos.rewind() // as requeueAll: the events keep their places in the order
 	}
-	return n, nil
+	return n, err
 }
 
 func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {

@@ -53,46 +53,24 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 // Recorded reports whether (consumer, id) is in the table, by a plain read
 // (no lock); false for a key text cannot hold (a NUL byte, invalid UTF-8).
 func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
-	for _, s := range []string{consumer, id} {
-		if !utf8.ValidString(s) || strings.IndexByte(s, 0) >= 0 {
-			return false, nil
-		}
+	if !holds(consumer) || !holds(id) {
+		return false, nil
 	}
 	found, err := sqlkit.Found(ctx, x, in.recorded, consumer, id)
-	if err != nil && IsTableMissing(err) {
-		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-	}
-	return found, err
+	return found, sqlkit.TableError(in.t, IsTableMissing, err)
 }
 
 // Consumers probes the primary key once per name, in one UNION ALL of
 // LIMIT 1 reads (no lock); false for a name text cannot hold.
 func (in *inbox) Consumers(ctx context.Context, x store.Execer, consumers []string) ([]bool, error) {
-	out := make([]bool, len(consumers))
-	var parts []string
-	var args []any
-	for i, c := range consumers {
-		if !utf8.ValidString(c) || strings.IndexByte(c, 0) >= 0 {
-			continue
-		}
+	return sqlkit.Probes(ctx, x, in.t, IsTableMissing, consumers, holds, func(i int, c string, args []any) (string, []any) {
 		args = append(args, c)
-		parts = append(parts, fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = $%d LIMIT 1) AS c%d`, i, in.t.Quoted(), len(args), i))
-	}
-	if len(parts) == 0 {
-		return out, nil
-	}
-	found, err := sqlkit.Column[int](ctx, x, strings.Join(parts, " UNION ALL "), args...)
-	if err != nil {
-		if IsTableMissing(err) {
-			return nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-		}
-		return nil, err
-	}
-	for _, i := range found {
-		out[i] = true
-	}
-	return out, nil
+		return fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = $%d LIMIT 1) AS c%d`, i, in.t.Quoted(), len(args), i), args
+	})
 }
+
+// holds reports whether a text column holds s: valid UTF-8 without NUL.
+func holds(s string) bool { return utf8.ValidString(s) && strings.IndexByte(s, 0) < 0 }
 
 // Cleanup deletes a batch under a transaction-scoped advisory lock keyed by the
 // table's oid, so one instance cleans at a time and tables of one name in other

@@ -266,29 +266,7 @@ func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, 
 		seqs[i] = e.Seq
 	}
 	slices.Sort(seqs)
-	run := func(x store.Execer) (int64, error) {
-		var total int64
-		for len(seqs) > 0 {
-			chunk := seqs[:min(len(seqs), 1000)]
-			seqs = seqs[len(chunk):]
-			n, err := sqlkit.Affected(ctx, x, q, sqlkit.JSONInts(chunk), upTo)
-			total += n
-			if err != nil {
-				return total, err
-			}
-		}
-		return total, nil
-	}
-	if act == store.ActPurge {
-		return run(db)
-	}
-	var n int64
-	err := sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
-		var err error
-		n, err = run(tx)
-		return err
-	})
-	return n, err
+	return sqlkit.ActChunks(ctx, db, nil, act == store.ActPurge, seqs, func(c []int64) any { return sqlkit.JSONInts(c) }, q, upTo)
 }
 
 func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {

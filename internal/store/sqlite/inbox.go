@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -50,36 +49,16 @@ func (in *inbox) Insert(ctx context.Context, x store.Execer, consumer, id string
 // compare byte for byte).
 func (in *inbox) Recorded(ctx context.Context, x store.Execer, consumer, id string) (bool, error) {
 	found, err := sqlkit.Found(ctx, x, in.recorded, consumer, id)
-	if err != nil && IsTableMissing(err) {
-		return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-	}
-	return found, err
+	return found, sqlkit.TableError(in.t, IsTableMissing, err)
 }
 
 // Consumers probes the primary key once per name, in one UNION ALL of
 // LIMIT 1 reads.
 func (in *inbox) Consumers(ctx context.Context, x store.Execer, consumers []string) ([]bool, error) {
-	out := make([]bool, len(consumers))
-	if len(consumers) == 0 {
-		return out, nil
-	}
-	parts := make([]string, len(consumers))
-	args := make([]any, len(consumers))
-	for i, c := range consumers {
-		args[i] = c
-		parts[i] = fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = ? LIMIT 1)`, i, in.t.Quoted())
-	}
-	found, err := sqlkit.Column[int](ctx, x, strings.Join(parts, " UNION ALL "), args...)
-	if err != nil {
-		if IsTableMissing(err) {
-			return nil, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, in.t, err)
-		}
-		return nil, err
-	}
-	for _, i := range found {
-		out[i] = true
-	}
-	return out, nil
+	every := func(string) bool { return true }
+	return sqlkit.Probes(ctx, x, in.t, IsTableMissing, consumers, every, func(i int, c string, args []any) (string, []any) {
+		return fmt.Sprintf(`SELECT %d FROM (SELECT 1 FROM %s WHERE consumer = ? LIMIT 1)`, i, in.t.Quoted()), append(args, c)
+	})
 }
 
 // Cleanup deletes a batch; SQLite's single writer makes cleaners take turns.

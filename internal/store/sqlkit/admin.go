@@ -84,3 +84,39 @@ func ScanTopics(ctx context.Context, x store.Execer, topics, published string) (
 	sort.Slice(out, func(i, j int) bool { return out[i].Topic < out[j].Topic })
 	return out, nil
 }
+
+// ActChunks runs q, an operator's change of the rows keys name, over chunks
+// of at most 1,000 keys (arg makes a chunk q's first argument; more
+// follow), at opts, and returns how many rows changed. alone (a purge: each
+// chunk stands by itself) commits each chunk in a transaction of its own;
+// otherwise (a requeue, which must keep the events' order whole) all run in
+// one transaction, and nothing changed when it fails.
+func ActChunks[T any](ctx context.Context, db store.DB, opts *sql.TxOptions, alone bool, keys []T, arg func([]T) any, q string, more ...any) (int64, error) {
+	var total int64
+	chunks := func(x store.Execer, keys []T) error {
+		for len(keys) > 0 {
+			chunk := keys[:min(len(keys), 1000)]
+			keys = keys[len(chunk):]
+			n, err := Affected(ctx, x, q, append([]any{arg(chunk)}, more...)...)
+			total += n
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if !alone {
+		if err := InTx(ctx, db, opts, func(tx store.Execer) error { return chunks(tx, keys) }); err != nil {
+			return 0, err
+		}
+		return total, nil
+	}
+	for len(keys) > 0 {
+		chunk := keys[:min(len(keys), 1000)]
+		keys = keys[len(chunk):]
+		if err := InTx(ctx, db, opts, func(tx store.Execer) error { return chunks(tx, chunk) }); err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}

@@ -75,12 +75,52 @@ func Affected(ctx context.Context, x store.Execer, q string, args ...any) (int64
 func InsertedOne(ctx context.Context, x store.Execer, t fmt.Stringer, missing func(error) bool, q string, args ...any) (bool, error) {
 	n, err := Affected(ctx, x, q, args...)
 	if err != nil {
-		if missing(err) {
-			return false, fmt.Errorf("%w: %s: %w", store.ErrTableMissing, t, err)
-		}
-		return false, err
+		return false, TableError(t, missing, err)
 	}
 	return n == 1, nil
+}
+
+// TableError is err, wrapped with store.ErrTableMissing naming t when
+// missing (the driver's test) says t does not exist; nil for nil.
+func TableError(t fmt.Stringer, missing func(error) bool, err error) error {
+	if err != nil && missing(err) {
+		return fmt.Errorf("%w: %s: %w", store.ErrTableMissing, t, err)
+	}
+	return err
+}
+
+// Probes reports which of names have a row, in one query: for each name
+// holds accepts (the others are false), probe returns a statement that
+// yields i when the name has a row (a LIMIT 1 read of an index) and its
+// arguments, given the arguments so far (PostgreSQL numbers its
+// placeholders from them); the statements are joined with UNION ALL.
+// missing tells that the table t does not exist (TableError).
+func Probes(ctx context.Context, x store.Execer, t fmt.Stringer, missing func(error) bool, names []string,
+	holds func(string) bool, probe func(i int, name string, args []any) (string, []any)) ([]bool, error) {
+	out := make([]bool, len(names))
+	var (
+		parts []string
+		args  []any
+	)
+	for i, name := range names {
+		if !holds(name) {
+			continue
+		}
+		var part string
+		part, args = probe(i, name, args)
+		parts = append(parts, part)
+	}
+	if len(parts) == 0 {
+		return out, nil
+	}
+	found, err := Column[int](ctx, x, strings.Join(parts, " UNION ALL "), args...)
+	if err != nil {
+		return nil, TableError(t, missing, err)
+	}
+	for _, i := range found {
+		out[i] = true
+	}
+	return out, nil
 }
 
 // Savepoint runs f in the transaction tx under a savepoint (SAVEPOINT name,
