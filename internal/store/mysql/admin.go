@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -295,11 +294,7 @@ func (a *admin) ScanDead(ctx context.Context, x store.Execer, s store.DeadScan) 
 		cond = "AND " + strings.Join(where, " AND ")
 	}
 	q := strings.NewReplacer("{t}", Quote(a.t), "{where}", cond).Replace(scanDeadSQL)
-	return sqlkit.Collect(ctx, x, q, append(args, s.Limit), func(rows *sql.Rows) (store.DeadBrief, error) {
-		var b store.DeadBrief
-		err := rows.Scan(&b.Seq, &b.ID, &b.Type, &b.LastError, &b.DeadAt)
-		return b, err
-	})
+	return sqlkit.ScanDead(ctx, x, q, append(args, s.Limit))
 }
 
 // ActDead changes the rows by the primary key (bySeq), as the other writes,
@@ -317,12 +312,7 @@ func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, 
 		return 0, fmt.Errorf("mysql: unknown dead action %d", act)
 	}
 	q = strings.ReplaceAll(q, "{t}", Quote(a.t))
-	seqs := make([]int64, len(evs))
-	for i, e := range evs {
-		seqs[i] = e.Seq
-	}
-	slices.Sort(seqs)
-	return sqlkit.ActChunks(ctx, db, readCommitted, act == store.ActPurge, seqs, func(c []int64) any { return sqlkit.JSONInts(c) }, q, upTo)
+	return sqlkit.ActChunks(ctx, db, readCommitted, act == store.ActPurge, sqlkit.DeadSeqs(evs), func(c []int64) any { return sqlkit.JSONInts(c) }, q, upTo)
 }
 
 func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {

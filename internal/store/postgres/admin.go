@@ -239,11 +239,7 @@ func (a *admin) ScanDead(ctx context.Context, x store.Execer, s store.DeadScan) 
 		cond = "AND " + strings.Join(where, " AND ")
 	}
 	q := strings.NewReplacer("{t}", a.t.Quoted(), "{where}", cond, "{limit}", arg(s.Limit)).Replace(scanDeadSQL)
-	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.DeadBrief, error) {
-		var b store.DeadBrief
-		err := rows.Scan(&b.Seq, &b.ID, &b.Type, &b.LastError, &b.DeadAt)
-		return b, err
-	})
+	return sqlkit.ScanDead(ctx, x, q, args)
 }
 
 func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, evs []store.DeadBrief, upTo int64) (int64, error) {

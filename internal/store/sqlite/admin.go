@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -243,11 +242,7 @@ func (a *admin) ScanDead(ctx context.Context, x store.Execer, s store.DeadScan) 
 		cond = "AND " + strings.Join(where, " AND ")
 	}
 	q := strings.NewReplacer("{t}", a.t.Quoted(), "{where}", cond).Replace(scanDeadSQL)
-	return sqlkit.Collect(ctx, x, q, append(args, s.Limit), func(rows *sql.Rows) (store.DeadBrief, error) {
-		var b store.DeadBrief
-		err := rows.Scan(&b.Seq, &b.ID, &b.Type, &b.LastError, &b.DeadAt)
-		return b, err
-	})
+	return sqlkit.ScanDead(ctx, x, q, append(args, s.Limit))
 }
 
 func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, evs []store.DeadBrief, upTo int64) (int64, error) {
@@ -261,12 +256,7 @@ func (a *admin) ActDead(ctx context.Context, db store.DB, act store.DeadAction, 
 	default:
 		return 0, fmt.Errorf("sqlite: unknown dead action %d", act)
 	}
-	seqs := make([]int64, len(evs))
-	for i, e := range evs {
-		seqs[i] = e.Seq
-	}
-	slices.Sort(seqs)
-	return sqlkit.ActChunks(ctx, db, nil, act == store.ActPurge, seqs, func(c []int64) any { return sqlkit.JSONInts(c) }, q, upTo)
+	return sqlkit.ActChunks(ctx, db, nil, act == store.ActPurge, sqlkit.DeadSeqs(evs), func(c []int64) any { return sqlkit.JSONInts(c) }, q, upTo)
 }
 
 func (a *admin) CreateAudit(ctx context.Context, x store.Execer) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"slices"
 	"sort"
 	"time"
 
@@ -119,4 +120,25 @@ func ActChunks[T any](ctx context.Context, db store.DB, opts *sql.TxOptions, alo
 		}
 	}
 	return total, nil
+}
+
+// ScanDead runs q, a scan of dead events (store.Admin.ScanDead) that returns
+// seq, id, type, last error and dead_at (microseconds), and reads its rows.
+func ScanDead(ctx context.Context, x store.Execer, q string, args []any) ([]store.DeadBrief, error) {
+	return Collect(ctx, x, q, args, func(rows *sql.Rows) (store.DeadBrief, error) {
+		var b store.DeadBrief
+		err := rows.Scan(&b.Seq, &b.ID, &b.Type, &b.LastError, &b.DeadAt)
+		return b, err
+	})
+}
+
+// DeadSeqs returns the seqs of evs in order: the order a requeue changes
+// them in, which keeps each aggregate's events in order.
+func DeadSeqs(evs []store.DeadBrief) []int64 {
+	seqs := make([]int64, len(evs))
+	for i, e := range evs {
+		seqs[i] = e.Seq
+	}
+	slices.Sort(seqs)
+	return seqs
 }
