@@ -254,16 +254,7 @@ func testIntentLookupsBlockNoInsert(t *testing.T, dl testkit.Dialect) {
 	others := e.inbox(inbox.Config{Consumer: "other"}).Middleware(effectHandler(&calls))
 	done := make(chan error, 1)
 	h := in.Middleware(noPublish(func(msg *message.Message) error {
-		if dl.Name == "mysql" {
-			var level string
-			tx := inbox.Tx(msg.Context())
-			if err := tx.Raw(`SELECT @@SESSION.transaction_isolation`).Scan(&level).Error; err != nil {
-				must(t, tx.Raw(`SELECT @@SESSION.tx_isolation`).Scan(&level).Error) // MariaDB before 11.1
-			}
-			if level != "REPEATABLE-READ" {
-				t.Errorf("the handler's transaction runs at %s, want REPEATABLE-READ", level)
-			}
-		}
+		wantRepeatableRead(t, dl, inbox.Tx(msg.Context()))
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()

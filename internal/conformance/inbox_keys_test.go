@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/testkit"
@@ -212,16 +213,7 @@ func testInboxEarlierKeysLookupBlocksNoInsert(t *testing.T, dl testkit.Dialect) 
 	neighbours := []string{"m", "n", "b", "y", "m!", "l"}
 	done := make(chan error, 1)
 	h := e.inbox(inbox.Config{Consumer: "c"}).Middleware(noPublish(func(msg *message.Message) error {
-		if dl.Name == "mysql" {
-			var level string
-			tx := inbox.Tx(msg.Context())
-			if err := tx.Raw(`SELECT @@SESSION.transaction_isolation`).Scan(&level).Error; err != nil {
-				must(t, tx.Raw(`SELECT @@SESSION.tx_isolation`).Scan(&level).Error) // MariaDB before 11.1
-			}
-			if level != "REPEATABLE-READ" {
-				t.Errorf("the handler's transaction runs at %s, want REPEATABLE-READ", level)
-			}
-		}
+		wantRepeatableRead(t, dl, inbox.Tx(msg.Context()))
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -242,5 +234,21 @@ func testInboxEarlierKeysLookupBlocksNoInsert(t *testing.T, dl testkit.Dialect) 
 		if got.count(id) != 1 {
 			t.Errorf("id %q handled %d times, want 1", id, got.count(id))
 		}
+	}
+}
+
+// wantRepeatableRead fails t unless tx, on MySQL, runs at REPEATABLE READ
+// (the isolation whose gap locks the inbox's reads must not take).
+func wantRepeatableRead(t *testing.T, dl testkit.Dialect, tx *gorm.DB) {
+	t.Helper()
+	if dl.Name != "mysql" {
+		return
+	}
+	var level string
+	if err := tx.Raw(`SELECT @@SESSION.transaction_isolation`).Scan(&level).Error; err != nil {
+		must(t, tx.Raw(`SELECT @@SESSION.tx_isolation`).Scan(&level).Error) // MariaDB before 11.1
+	}
+	if level != "REPEATABLE-READ" {
+		t.Errorf("the handler's transaction runs at %s, want REPEATABLE-READ", level)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -252,7 +253,7 @@ func (f *faults) refuse() error {
 
 // refusalLoop runs a refusal window every `every` until ctx is done.
 func (f *faults) refusalLoop(ctx context.Context, every time.Duration) {
-	for sleepCtx(ctx, every/2+rand.N(every)) {
+	for outbound.Sleep(ctx, every/2+rand.N(every)) {
 		if err := f.refuse(); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos:", err)
 			return
@@ -266,7 +267,7 @@ func (f *faults) refusalLoop(ctx context.Context, every time.Duration) {
 // to mark a few batches: before the first outage, with most of the run to go.
 func (f *faults) poisonLoop(ctx context.Context, n int, by time.Duration) {
 	for range n {
-		if !sleepCtx(ctx, by/time.Duration(n+1)) {
+		if !outbound.Sleep(ctx, by/time.Duration(n+1)) {
 			return
 		}
 		f.poisonDue.Add(1)
@@ -283,16 +284,5 @@ func (f *faults) takePoison() bool {
 		if f.poisonDue.CompareAndSwap(n, n-1) {
 			return true
 		}
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/admin"
+	"github.com/heraldgo/herald/internal/outbound"
 )
 
 // hostOptions are the flags of the host's faults.
@@ -132,7 +133,7 @@ type host struct {
 // write lock all along and every other writer, the consumers' too, waits for
 // it), and commits; the ledger books its events by the outcome.
 func (h *host) longTransaction(ctx context.Context, start time.Duration) {
-	if h.o.longTx <= 0 || !sleepCtx(ctx, start) {
+	if h.o.longTx <= 0 || !outbound.Sleep(ctx, start) {
 		return
 	}
 	per := 10
@@ -181,7 +182,7 @@ func (h *host) holdLoop(ctx context.Context) {
 	if err != nil {
 		return
 	}
-	for sleepCtx(ctx, h.o.holdEvery/2+rand.N(h.o.holdEvery)) {
+	for outbound.Sleep(ctx, h.o.holdEvery/2+rand.N(h.o.holdEvery)) {
 		if err := h.hold(ctx, sqlDB); err != nil {
 			fmt.Fprintln(os.Stderr, "chaos: hold the outbox:", err)
 			continue
@@ -211,7 +212,7 @@ func (h *host) hold(ctx context.Context, db *sql.DB) error {
 			return err
 		}
 	}
-	sleepCtx(ctx, h.o.holdFor)
+	outbound.Sleep(ctx, h.o.holdFor)
 	_, err = conn.ExecContext(context.WithoutCancel(ctx), `COMMIT`)
 	return err
 }
@@ -223,7 +224,7 @@ func (h *host) operatorLoop(ctx context.Context) {
 	if h.o.operator <= 0 || h.adm == nil {
 		return
 	}
-	for i := 0; sleepCtx(ctx, h.o.operator); i++ {
+	for i := 0; outbound.Sleep(ctx, h.o.operator); i++ {
 		var (
 			n   int64
 			err error
@@ -289,7 +290,7 @@ func (h *host) pauseLoop(ctx context.Context, lease time.Duration) {
 	if h.o.pauseEvery <= 0 || len(h.relays) == 0 {
 		return
 	}
-	for sleepCtx(ctx, h.o.pauseEvery/2+rand.N(h.o.pauseEvery)) {
+	for outbound.Sleep(ctx, h.o.pauseEvery/2+rand.N(h.o.pauseEvery)) {
 		c := h.relays[rand.IntN(len(h.relays))]
 		pid := c.pid()
 		if !c.signal(syscall.SIGSTOP) {

@@ -27,6 +27,7 @@ import (
 	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/inbox"
 	"github.com/heraldgo/herald/internal/logicaltest"
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/migrations"
 	"github.com/heraldgo/herald/outboxhook"
@@ -492,7 +493,7 @@ func orchestrate(args []string) (bool, error) {
 	bg.Go(func() { f.poisonLoop(writeCtx, o.poison, o.dur/time.Duration(o.outages+2)) })
 	if o.fillStream {
 		bg.Go(func() {
-			if sleepCtx(writeCtx, o.dur/2) {
+			if outbound.Sleep(writeCtx, o.dur/2) {
 				f.fillStreams()
 			}
 		})
@@ -500,7 +501,7 @@ func orchestrate(args []string) (bool, error) {
 	if sf != nil {
 		bg.Go(func() { sf.sample(writeCtx) })
 		bg.Go(func() {
-			if sleepCtx(writeCtx, o.dur/4) {
+			if outbound.Sleep(writeCtx, o.dur/4) {
 				sf.run(ctx, 3)
 			}
 		})
@@ -604,7 +605,7 @@ func orchestrate(args []string) (bool, error) {
 		tw.Go(func() { writer(tctx, db, 0, accs, led, &faults{}, saves, spst, light) })
 		tw.Go(func() {
 			lf := &faults{db: db, led: led, burstAccounts: 3, burstEvents: 2}
-			for sleepCtx(tctx, 100*time.Millisecond) {
+			for outbound.Sleep(tctx, 100*time.Millisecond) {
 				if _, err := lf.burst(); err != nil && tctx.Err() == nil {
 					fmt.Fprintln(os.Stderr, "chaos: light traffic:", err)
 				}
@@ -810,7 +811,7 @@ func writer(ctx context.Context, db *gorm.DB, w int, mine []*Account, led *ledge
 		if every > 0 {
 			next = next.Add(every)
 			if wait := time.Until(next); wait > 0 {
-				if !sleepCtx(ctx, wait) {
+				if !outbound.Sleep(ctx, wait) {
 					return
 				}
 			} else if -wait > every {
@@ -904,14 +905,14 @@ func writer(ctx context.Context, db *gorm.DB, w int, mine []*Account, led *ledge
 			// writer stops.
 			fresh := &Account{}
 			for db.First(fresh, "id = ?", a.ID).Error != nil {
-				if !sleepCtx(ctx, 100*time.Millisecond) {
+				if !outbound.Sleep(ctx, 100*time.Millisecond) {
 					return
 				}
 			}
 			mine[i] = fresh
 		}
 		if f.slow.Load() {
-			sleepCtx(ctx, 100*time.Millisecond)
+			outbound.Sleep(ctx, 100*time.Millisecond)
 		}
 	}
 }

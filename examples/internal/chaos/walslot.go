@@ -13,6 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/walrelay"
 )
 
@@ -89,7 +90,7 @@ func (s *slotFault) sample(ctx context.Context) {
 		s.mu.Lock()
 		done := !s.recreatedAt.IsZero() && time.Since(s.recreatedAt) > 3*time.Second
 		s.mu.Unlock()
-		if done || !sleepCtx(ctx, 10*time.Millisecond) {
+		if done || !outbound.Sleep(ctx, 10*time.Millisecond) {
 			return
 		}
 	}
