@@ -166,7 +166,9 @@
 // one call every Config.RetryInterval while they fail; while calls fail in
 // a row, new events are held untried. The first call that succeeds after
 // them starts a new turn at once, in stream order, and none of the failures
-// before it is counted against its event. An outage that ends between one
+// before it is counted against its event; after a failed call in a turn the
+// next call is of the event that failed least often, so that two events
+// that always fail are not tried back to back for ever. An outage that ends between one
 // failed call and the next can park that one event, which the table relay
 // then publishes: nothing is lost either way. While nothing fails, events
 // are published in commit order; once some are held, Config.Ordered says

@@ -480,6 +480,13 @@ func TestParkedPlainRefusalDies(t *testing.T) {
 		}
 	})
 	writeAggs(t, db, 2, aggs, 0, per, poisoned)
+	t.Cleanup(func() {
+		if t.Failed() {
+			for agg := range poisoned {
+				logRows(t, db, agg)
+			}
+		}
+	})
 	waitFor(t, "the refused events dead", func() bool {
 		return count(t, db, `SELECT count(*) FROM outbox_messages WHERE type = 'poison' AND dead_at IS NOT NULL`) == len(poisoned)
 	})
@@ -494,6 +501,42 @@ func TestParkedPlainRefusalDies(t *testing.T) {
 		}
 		if poisoned[agg] && slices.Contains(ns, 3) {
 			t.Errorf("the refused event of %s was published: %v", agg, ns)
+		}
+	}
+}
+
+// Two events that always fail with a plain error, back to back in one
+// transaction, look like an outage at first: every event after them is
+// held untried. Under live traffic of other aggregates each is still told
+// to fail alone (a success follows its failure) and parked, and the live
+// events all go out: the retries do not keep trying the two in a row.
+func TestBackToBackRefusalsParked(t *testing.T) {
+	db, rs := setupAggs(t)
+	gc := ordered()
+	c := collect(t, gc)
+	start(t, rs.ordered(t, &plainRefuser{pub: gc}))
+	testkit.Must(t, db.Transaction(func(tx *gorm.DB) error {
+		for _, agg := range []string{"a1", "a4"} {
+			it := &item{ID: uuid.New(), Agg: agg}
+			it.Record(Poison{Agg: agg})
+			if err := tx.Create(it).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	const live = 40
+	for n := range live {
+		save(t, db, fmt.Sprintf("live%d", n%4), n/4, false)
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitFor(t, "both parked and the live events published", func() bool {
+		return count(t, db, `SELECT count(*) FROM outbox_messages WHERE type = 'poison'`) == 2 &&
+			len(c.deliveries()) == live
+	})
+	for agg, ns := range byAgg(c.deliveries()) {
+		if !slices.Equal(ns, seq(0, live/4)) {
+			t.Errorf("published of %s: %v", agg, ns)
 		}
 	}
 }

@@ -140,11 +140,16 @@ func (s *session) tryRun(ctx context.Context, run []*held) error {
 // retryDue reports whether a held event is due to be tried.
 func (s *session) retryDue() bool { return len(s.held) > 0 && !time.Now().Before(s.retryAt) }
 
-// retry tries the next held event of the pass, in stream order: the first
-// of its aggregate in ordered mode, any in the other.
+// retry tries the next held event of the pass: the first of its aggregate
+// in ordered mode, any in the other. After a failed call it takes, of those
+// not yet tried in the pass, the one that failed least often (the first in
+// stream order of those), so that a success can confirm that failure as its
+// event's own: two events that always fail, tried back to back in every
+// pass, would look like an outage forever.
 func (s *session) retry(ctx context.Context) error {
 	for range 2 {
 		seen := map[string]bool{}
+		var next *held
 		for _, h := range s.held {
 			if s.r.cfg.Ordered && h.agg != "" {
 				if seen[h.agg] {
@@ -152,9 +157,18 @@ func (s *session) retry(ctx context.Context) error {
 				}
 				seen[h.agg] = true
 			}
-			if h.tried.Before(s.round) {
+			if !h.tried.Before(s.round) {
+				continue
+			}
+			if s.streak == 0 {
 				return s.try(ctx, h, true)
 			}
+			if next == nil || h.fails < next.fails {
+				next = h
+			}
+		}
+		if next != nil {
+			return s.try(ctx, next, true)
 		}
 		s.round = time.Now() // every one was tried in this pass: the next
 	}
@@ -212,6 +226,7 @@ func (s *session) failed(ctx context.Context, h *held, err error) {
 		s.r.log.DebugContext(ctx, logMsg, "error", err, "event", h.row.ID, "topic", h.row.Topic, "lsn", h.lsn)
 	}
 	h.err = err
+	h.fails++
 }
 
 // succeeded follows a successful publish: the failure of the one call

@@ -35,6 +35,7 @@ type held struct {
 	tx    int64  // the session's count of the transaction it is in
 	agg   string // its aggregate's key, "" for none
 	err   error  // its last failure; nil while untried
+	fails int    // how many of its calls failed
 	tried time.Time
 }
 
