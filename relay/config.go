@@ -128,6 +128,12 @@ type Config struct {
 	// polling. Defaults to false.
 	DisableListen bool
 
+	// Tenant names the tenant whose outbox this relay reads: every message
+	// it publishes carries it in its metadata (events.MetaTenant), and its
+	// logs carry it as the attribute "tenant". A fleet.Fleet sets it for each
+	// of its tenants. Defaults to empty: none.
+	Tenant string
+
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 
@@ -201,6 +207,13 @@ func setDefault[T comparable](v *T, def T) {
 	if *v == zero {
 		*v = def
 	}
+}
+
+// WithDefaults returns c with every field left unset at its default, as New
+// applies them (InstanceID a new name each call).
+func (c Config) WithDefaults() Config {
+	c.setDefaults()
+	return c
 }
 
 // Validate reports what is wrong with c after defaults are applied.

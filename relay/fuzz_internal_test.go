@@ -20,7 +20,7 @@ func FuzzToMessage(f *testing.F) {
 	f.Add("0193a5d2-7c1e-7b1a-9a0e-4f1c2d3e4f50", []byte(`{"n":[1,2]}`), []byte(``))
 	f.Add("0193a5d2-7c1e-7b1a-9a0e-4f1c2d3e4f50", []byte(`null`), []byte(`null`))
 	f.Fuzz(func(t *testing.T, id string, metadata, payload []byte) {
-		r := toRows([]store.Row{{ID: id, Type: "t", Version: 1, Metadata: metadata, Payload: payload, OccurredAt: time.Unix(0, 0)}})[0]
+		r := toRows([]store.Row{{ID: id, Type: "t", Version: 1, Metadata: metadata, Payload: payload, OccurredAt: time.Unix(0, 0)}}, "")[0]
 		msg, err := r.msg, r.err
 		if err != nil {
 			if !errors.Is(err, ErrUndecodable) {

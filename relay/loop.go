@@ -23,6 +23,7 @@ func (r *Relay) loop(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		r.rounded(n, err)
 		if err != nil {
 			fails++
 			if errLimit.allow() {

@@ -190,7 +190,7 @@ func (r *Relay) cycleOrdered(ctx context.Context, worker, of int) (int, error) {
 		return 0, fmt.Errorf("claim: %w", err)
 	}
 	defer b.Close()
-	rows := toRows(b.Rows())
+	rows := toRows(b.Rows(), r.cfg.Tenant)
 	if len(rows) == 0 {
 		return 0, b.Commit(bctx)
 	}

@@ -36,15 +36,19 @@ type row struct {
 	err error // set when the row cannot become a message
 }
 
-// toRows makes claimed rows ready to publish: each with its message, or the
-// reason it cannot have one.
-func toRows(claimed []store.Row) []*row {
+// toRows makes claimed rows ready to publish: each with its message (with
+// the tenant's key, events.MetaTenant, unless tenant is empty), or the reason
+// it cannot have one.
+func toRows(claimed []store.Row, tenant string) []*row {
 	out := make([]*row, len(claimed))
 	for i := range claimed {
 		r := &row{Row: claimed[i]}
 		var env events.Envelope
 		if env, r.err = outbound.Envelope(&r.Row); r.err == nil {
 			r.msg = outbound.Message(env)
+			if tenant != "" {
+				r.msg.Metadata.Set(events.MetaTenant, tenant)
+			}
 		}
 		out[i] = r
 	}

@@ -30,6 +30,6 @@ func BenchmarkPublishBatch(b *testing.B) {
 	r.cfg.PublishConcurrency, r.cfg.PublishTimeout = 4, time.Minute
 	b.ReportAllocs()
 	for b.Loop() {
-		r.publishUnordered(context.Background(), toRows(claimed))
+		r.publishUnordered(context.Background(), toRows(claimed, ""))
 	}
 }

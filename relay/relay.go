@@ -85,7 +85,7 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		drv:     conn.Driver,
 		st:      conn.Driver.Relay(names.table),
 		caller:  outbound.NewCaller(pub, cfg.PublishTimeout, telemetry.Tracer(cfg.TracerProvider), cfg.MessagingSystem),
-		log:     cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID),
+		log:     relayLogger(cfg),
 		wake:    make(chan struct{}, 1),
 		m:       newMetrics(cfg.MeterProvider, cfg.Table),
 
@@ -99,6 +99,15 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		r.log.Warn("relay: the publisher may lose events the broker acknowledged", "why", why)
 	}
 	return r, nil
+}
+
+// relayLogger is cfg's logger with the relay's attributes.
+func relayLogger(cfg Config) *slog.Logger {
+	l := cfg.Logger.With("component", "herald.relay", "instance", cfg.InstanceID)
+	if cfg.Tenant != "" {
+		l = l.With("tenant", cfg.Tenant)
+	}
+	return l
 }
 
 // Wake makes the relay look for events now. Call it after committing events in
@@ -124,7 +133,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			f(ctx)
 		}()
 	}
-	r.hooks.point = relayhook.From(ctx)
+	r.hooks.point, r.hooks.round = relayhook.From(ctx), relayhook.RoundFrom(ctx)
 	defer r.observeOutbox()()
 	if err := r.ensureSchema(ctx); err != nil {
 		return err

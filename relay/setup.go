@@ -33,6 +33,9 @@ func (r *Relay) ensureSchema(ctx context.Context) error {
 			outdated = fmt.Errorf("relay: %w", err)
 			return nil
 		}
+		if err != nil && ctx.Err() == nil {
+			r.rounded(0, err)
+		}
 		return err
 	})
 	return outdated

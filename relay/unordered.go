@@ -34,7 +34,7 @@ func (r *Relay) cycleUnorderedFrom(ctx context.Context, fromHead bool) (int, tim
 		return 0, took, fmt.Errorf("claim: %w", err)
 	}
 	defer b.Close()
-	rows := toRows(b.Rows())
+	rows := toRows(b.Rows(), r.cfg.Tenant)
 	if len(rows) == 0 {
 		return 0, took, b.Commit(bctx)
 	}

@@ -2,7 +2,8 @@
 // batch (to pause it there, as a GC pause or SIGSTOP would, or to learn that
 // it got there), from any package of the module: the conformance suite runs
 // relays through package relay's public API only. A test passes its Hook in
-// the context it gives Relay.Run; without one the relay calls nothing.
+// the context it gives Relay.Run; without one the relay calls nothing. A
+// fleet follows each of its relays' rounds the same way (Round).
 package relayhook
 
 import "context"
@@ -36,4 +37,22 @@ func With(ctx context.Context, h Hook) context.Context { return context.WithValu
 func From(ctx context.Context) Hook {
 	h, _ := ctx.Value(key{}).(Hook)
 	return h
+}
+
+// Round is told how each round of a relay's loop ended: how many events it
+// claimed, and its error; a failed try at the relay's schema at start is a
+// round that claimed none. It must not block.
+type Round func(claimed int, err error)
+
+type roundKey struct{}
+
+// WithRound returns ctx carrying f, for Relay.Run.
+func WithRound(ctx context.Context, f Round) context.Context {
+	return context.WithValue(ctx, roundKey{}, f)
+}
+
+// RoundFrom returns the Round ctx carries, or nil.
+func RoundFrom(ctx context.Context) Round {
+	f, _ := ctx.Value(roundKey{}).(Round)
+	return f
 }

@@ -28,6 +28,10 @@ type Heartbeats interface {
 	// Due counts the pending events that are due (next attempt reached)
 	// and how long the longest-due one has been due.
 	Due(ctx context.Context, x Execer) (n int64, overdue time.Duration, err error)
+	// Next returns how long until the earliest pending event is due (zero
+	// or less: one is due now), and false when none is pending: one
+	// statement that tells an idle outbox from one with work, now or later.
+	Next(ctx context.Context, x Execer) (wait time.Duration, ok bool, err error)
 }
 
 // InstanceSeen is a relay instance's row: its name and how long ago it last

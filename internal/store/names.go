@@ -24,4 +24,8 @@ const (
 	// WALSlotsTable is the table, beside the outbox table, where the WAL
 	// relay records its slots (WAL.SlotRecords; walrelay.SlotMarkerTable).
 	WALSlotsTable = "herald_wal_slots"
+	// FleetTable names the fleet's members: a fleet.Fleet with a control
+	// database beats in its instance table (Heartbeats: herald_fleet_relays)
+	// and reads the live members from it.
+	FleetTable = "herald_fleet"
 )

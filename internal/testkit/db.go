@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"gorm.io/driver/postgres"
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -39,6 +40,9 @@ type Dialect struct {
 	NewDSN func(t tb.TB) string
 	// Open opens GORM on dsn; the connections close when the test ends.
 	Open func(t tb.TB, dsn string, cfg *gorm.Config) *gorm.DB
+	// Dial opens GORM on dsn, quiet, without a test: for code that opens
+	// and closes pools itself (a fleet's tenants); the caller closes it.
+	Dial func(dsn string) (*gorm.DB, error)
 	// SQL is what the tests need to know of the database beyond what Herald
 	// sends (reading and moving a row's clock, breaking rows, ...).
 	SQL testsql.SQL
@@ -55,7 +59,8 @@ var Postgres = Dialect{
 	Open: func(t tb.TB, dsn string, cfg *gorm.Config) *gorm.DB {
 		return pgtest.OpenDSN(t, dsn, quietConfig(cfg))
 	},
-	SQL: testsql.Postgres{},
+	Dial: func(dsn string) (*gorm.DB, error) { return gorm.Open(postgres.Open(dsn), quietConfig(nil)) },
+	SQL:  testsql.Postgres{},
 }
 
 // SQLite is an SQLite file per test, in WAL mode, with write transactions that
@@ -74,7 +79,8 @@ var SQLite = Dialect{
 		closeAtCleanup(t, db)
 		return db
 	},
-	SQL: testsql.SQLite{},
+	Dial: func(dsn string) (*gorm.DB, error) { return OpenSQLite(dsn, quietConfig(nil)) },
+	SQL:  testsql.SQLite{},
 }
 
 // SQLiteDSN is the DSN Herald's tests and examples open an SQLite file with:

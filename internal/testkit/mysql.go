@@ -32,7 +32,8 @@ var MySQL = Dialect{
 		closeAtCleanup(t, db)
 		return db
 	},
-	SQL: testsql.MySQL{},
+	Dial: func(dsn string) (*gorm.DB, error) { return gorm.Open(mysql.Open(dsn), quietConfig(nil)) },
+	SQL:  testsql.MySQL{},
 }
 
 // OpenMySQLOnConn opens GORM on an existing *sql.DB of dsn (a dialector with

@@ -27,6 +27,7 @@ var relayTests = []test{
 	{"SweepDeclaredByCaps", testRelaySweepDeclared},
 	{"PartitionsDeclaredByCaps", testRelayPartitionsDeclared},
 	{"Stats", testRelayStats},
+	{"NextTellsIdleFromDueAndLater", testRelayNext},
 	{"Cleanup", testRelayCleanup},
 	{"CreateCheck", testRelayCreateCheck},
 	{"CheckNamesMissingMigration", testRelayCheckOutdated},
@@ -492,6 +493,40 @@ func testRelayStats(t tb.TB, e *env) {
 	}
 	if s.OldestPending < 59*time.Minute || s.OldestPending > 61*time.Minute {
 		t.Fatalf("OldestPending = %v, want about an hour", s.OldestPending)
+	}
+}
+
+// Heartbeats.Next tells an outbox with nothing pending (false) from one
+// with an event due now (zero or less) and one whose earliest pending event
+// comes due later (how long until then); processed and dead events count
+// for nothing.
+func testRelayNext(t tb.TB, e *env) {
+	hb := e.drv.Heartbeats(e.table)
+	next := func() (time.Duration, bool) {
+		t.Helper()
+		d, ok, err := hb.Next(e.ctx, e.db)
+		must(t, err)
+		return d, ok
+	}
+	if d, ok := next(); ok {
+		t.Fatalf("Next of an empty outbox = %v, true", d)
+	}
+	evs := evIDs(e.insert("t", "a", 4))
+	e.kill(evs[0], 0, "boom")
+	e.exec(`UPDATE `+e.q()+` SET processed_at = created_at WHERE id = ?`, evs[1])
+	e.stamp(evs[2], "available_at", -time.Hour)
+	e.stamp(evs[3], "available_at", -2*time.Hour)
+	if d, ok := next(); !ok || d < 59*time.Minute || d > 61*time.Minute {
+		t.Fatalf("Next = %v, %v; want about an hour", d, ok)
+	}
+	e.stamp(evs[3], "available_at", time.Second)
+	if d, ok := next(); !ok || d > 0 {
+		t.Fatalf("Next with an event due = %v, %v; want zero or less", d, ok)
+	}
+	e.kill(evs[2], 0, "boom")
+	e.kill(evs[3], 0, "boom")
+	if d, ok := next(); ok {
+		t.Fatalf("Next with only processed and dead events = %v, true", d)
 	}
 }
 

@@ -27,5 +27,7 @@ ON DUPLICATE KEY UPDATE seen_at = ` + Now,
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,
 		Due: `SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(available_at), ` + Now + `), 0) FROM ` + Quote(t) + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= ` + Now,
+		Next: `SELECT TIMESTAMPDIFF(MICROSECOND, ` + Now + `, MIN(available_at)) FROM ` + Quote(t) + `
+WHERE processed_at IS NULL AND dead_at IS NULL`,
 	}.Heartbeats()
 }

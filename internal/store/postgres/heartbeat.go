@@ -25,5 +25,7 @@ ON CONFLICT (instance) DO UPDATE SET seen_at = now()`,
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,
 		Due: `SELECT count(*), coalesce((extract(epoch FROM now() - min(available_at)) * 1000000)::bigint, 0) FROM ` + t.Quoted() + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= now()`,
+		Next: `SELECT (extract(epoch FROM min(available_at) - now()) * 1000000)::bigint FROM ` + t.Quoted() + `
+WHERE processed_at IS NULL AND dead_at IS NULL`,
 	}.Heartbeats()
 }

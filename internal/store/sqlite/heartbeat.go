@@ -26,5 +26,7 @@ ON CONFLICT (instance) DO UPDATE SET seen_at = excluded.seen_at`,
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,
 		Due: `SELECT count(*), coalesce(` + Now + ` - min(available_at), 0) FROM ` + t.Quoted() + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= ` + Now,
+		Next: `SELECT min(available_at) - ` + Now + ` FROM ` + t.Quoted() + `
+WHERE processed_at IS NULL AND dead_at IS NULL`,
 	}.Heartbeats()
 }

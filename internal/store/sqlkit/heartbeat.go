@@ -44,6 +44,7 @@ type HeartbeatSQL struct {
 	Instances string // instance, microseconds since seen; newest first
 	Leases    string // owner, partitions, microseconds its latest lease has left
 	Due       string // due events, microseconds the oldest has been due
+	Next      string // microseconds until the earliest pending event is due; NULL: none
 }
 
 type heartbeatSQL struct{ q HeartbeatSQL }
@@ -87,4 +88,12 @@ func (h heartbeatSQL) Due(ctx context.Context, x store.Execer) (int64, time.Dura
 	var n, us int64
 	err := QueryRow(ctx, x, h.q.Due, nil, &n, &us)
 	return n, time.Duration(us) * time.Microsecond, err
+}
+
+func (h heartbeatSQL) Next(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
+	var us sql.NullInt64
+	if err := QueryRow(ctx, x, h.q.Next, nil, &us); err != nil {
+		return 0, false, err
+	}
+	return time.Duration(us.Int64) * time.Microsecond, us.Valid, nil
 }

@@ -1,0 +1,524 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/drivers"
+	"github.com/heraldgo/herald/internal/relayhook"
+	"github.com/heraldgo/herald/relay"
+)
+
+// ErrRunning is returned by Run when the fleet is running already.
+var ErrRunning = errors.New("fleet: already running")
+
+// Fleet relays the outboxes of many tenants to one publisher, each through a
+// relay.Relay of its own configuration (Config.Relay), within one budget of
+// connections (Config.MaxConns): idle tenants are probed, one statement each,
+// at intervals that grow while they stay idle; a tenant with work is relayed
+// until its batches come back short, taking its turn (Config.Slice) when
+// others wait; a failing tenant is backed off alone.
+type Fleet struct {
+	cfg     Config
+	pub     message.Publisher
+	log     *slog.Logger
+	conns   *budget
+	kick    chan struct{}
+	running atomic.Bool
+
+	mu      sync.Mutex
+	tenants map[string]*tenant
+	queue   []*tenant // tenants with work waiting for a place, first come first
+	woken   map[string]bool
+	probing int
+	members []string // the live members, with Config.Members
+	wg      sync.WaitGroup
+}
+
+// New returns a fleet that relays the tenants cfg.Tenants returns to pub. It
+// checks cfg (a bad config fails here) but touches no database: Run does.
+func New(pub message.Publisher, cfg Config) (*Fleet, error) {
+	if pub == nil {
+		return nil, errors.New("fleet: a publisher is required")
+	}
+	cfg.setDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &Fleet{
+		cfg:     cfg,
+		pub:     pub,
+		log:     cfg.Logger.With("component", "herald.fleet", "instance", cfg.Relay.InstanceID),
+		conns:   newBudget(cfg.MaxConns),
+		kick:    make(chan struct{}, 1),
+		tenants: map[string]*tenant{},
+		woken:   map[string]bool{},
+	}, nil
+}
+
+// Instance is the name this fleet process goes by: in every tenant's
+// database (its relays' InstanceID) and among the members.
+func (f *Fleet) Instance() string { return f.cfg.Relay.InstanceID }
+
+// Wake tells the fleet that events of tenant id were committed: it is
+// relayed as soon as a place is free, without waiting for its next probe.
+// Call it from the writers' process (outboxhook.Config.Notify); it never
+// blocks. An unknown id is ignored.
+func (f *Fleet) Wake(id string) {
+	f.mu.Lock()
+	f.woken[id] = true
+	f.mu.Unlock()
+	f.poke()
+}
+
+func (f *Fleet) poke() {
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run relays until ctx is cancelled, then stops every tenant's relay (each
+// finishes or releases its batch in flight), closes the pools it opened and
+// returns nil. Tenants whose database is down or whose events fail are
+// retried, alone, for as long as it runs.
+func (f *Fleet) Run(ctx context.Context) error {
+	if !f.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer f.running.Store(false)
+	defer f.shutdown()
+	var m *members
+	if f.cfg.Members != nil {
+		var err error
+		if m, err = newMembers(f.cfg.Members, f.cfg.Relay.InstanceID, f.cfg.MemberTTL); err != nil {
+			return err
+		}
+		defer m.leave()
+	}
+	var refreshAt, beatAt time.Time
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		now := time.Now()
+		if !now.Before(refreshAt) {
+			f.refresh(ctx)
+			refreshAt = now.Add(f.cfg.RefreshInterval)
+		}
+		if m != nil && !now.Before(beatAt) {
+			if live, err := m.beat(ctx); err != nil {
+				if ctx.Err() == nil {
+					f.log.Warn("fleet: members: beat failed; serving the tenants as before", "err", err)
+				}
+			} else {
+				f.assign(live)
+			}
+			beatAt = now.Add(f.cfg.MemberTTL / 3)
+		}
+		wait := f.step(ctx, time.Now())
+		wait = min(wait, time.Until(refreshAt))
+		if m != nil {
+			wait = min(wait, time.Until(beatAt))
+		}
+		timer.Reset(max(wait, time.Millisecond))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-f.kick:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+	}
+}
+
+// refresh calls Config.Tenants and makes the fleet's tenants its list.
+func (f *Fleet) refresh(ctx context.Context) {
+	list, err := f.cfg.Tenants(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			f.log.Warn("fleet: listing the tenants failed; keeping the last list", "err", err)
+		}
+		return
+	}
+	seen := make(map[string]bool, len(list))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, def := range list {
+		if err := checkTenant(def); err != nil {
+			f.log.Warn("fleet: tenant left out", "tenant", def.ID, "err", err)
+			continue
+		}
+		if seen[def.ID] {
+			f.log.Warn("fleet: tenant listed twice; the first one counts", "tenant", def.ID)
+			continue
+		}
+		seen[def.ID] = true
+		if _, ok := f.tenants[def.ID]; !ok {
+			t := &tenant{def: def, every: f.cfg.MinProbe}
+			if !f.owns(def.ID) {
+				t.st = elsewhere
+			}
+			f.tenants[def.ID] = t
+		}
+	}
+	for id, t := range f.tenants {
+		if !seen[id] {
+			f.drop(t)
+		}
+	}
+}
+
+// checkTenant reports what is wrong with a tenant's definition.
+func checkTenant(def Tenant) error {
+	switch {
+	case def.ID == "":
+		return errors.New("no ID")
+	case (def.DB == nil) == (def.Open == nil):
+		return errors.New("set DB or Open, one of them")
+	}
+	return nil
+}
+
+// drop forgets t: at once when nothing runs for it, else when its probe or
+// run ends (which closes its pool).
+func (f *Fleet) drop(t *tenant) {
+	delete(f.tenants, t.def.ID)
+	delete(f.woken, t.def.ID)
+	t.removed = true
+	f.dequeue(t)
+	switch t.st {
+	case active:
+		t.stop(stopRemoved)
+	case probing:
+	default:
+		f.closePool(t)
+	}
+}
+
+// step starts what is due: probes of idle tenants, runs of tenants with
+// work while connections are free, and the end of a turn for a tenant that
+// had its Slice while others wait. It returns how long until something is
+// due again.
+func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	wait := f.cfg.MaxProbe
+	for id := range f.woken {
+		if t, ok := f.tenants[id]; ok {
+			switch t.st {
+			case idle:
+				f.enqueue(t)
+			case failing:
+				t.next = now
+			}
+		}
+		delete(f.woken, id)
+	}
+	// Probes, the most overdue first.
+	var due []*tenant
+	for _, t := range f.tenants {
+		if t.st != idle && t.st != failing {
+			continue
+		}
+		if d := t.next.Sub(now); d > 0 {
+			wait = min(wait, d)
+			continue
+		}
+		due = append(due, t)
+	}
+	slices.SortFunc(due, func(a, b *tenant) int { return a.next.Compare(b.next) })
+	for _, t := range due {
+		if f.probing >= f.cfg.Probes {
+			break
+		}
+		f.probing++
+		t.st = probing
+		f.goProbe(ctx, t)
+	}
+	// Runs, first come first served.
+	for len(f.queue) > 0 && f.conns.try(f.cfg.ConnsPerTenant) {
+		t := f.queue[0]
+		f.queue = f.queue[1:]
+		f.goRun(ctx, t, now)
+	}
+	// Turns: as many as wait end, the longest running first.
+	if n := len(f.queue); n > 0 {
+		var long []*tenant
+		for _, t := range f.tenants {
+			if t.st == active && t.stopping == stopNone {
+				if d := t.since.Add(f.cfg.Slice).Sub(now); d > 0 {
+					wait = min(wait, d)
+				} else {
+					long = append(long, t)
+				}
+			}
+		}
+		slices.SortFunc(long, func(a, b *tenant) int { return a.since.Compare(b.since) })
+		for _, t := range long[:min(n, len(long))] {
+			t.stop(stopTurn)
+		}
+	}
+	return wait
+}
+
+// enqueue makes t wait for a place to be relayed.
+func (f *Fleet) enqueue(t *tenant) {
+	t.st = queued
+	f.queue = append(f.queue, t)
+}
+
+func (f *Fleet) dequeue(t *tenant) {
+	f.queue = slices.DeleteFunc(f.queue, func(q *tenant) bool { return q == t })
+}
+
+// goProbe asks t's database, in a goroutine, whether anything is pending and
+// when it comes due: with one due, t queues for a place; else it is probed
+// again later, the longer it stays idle the later (MaxProbe at most), or when
+// its earliest event comes due.
+func (f *Fleet) goProbe(ctx context.Context, t *tenant) {
+	f.wg.Go(func() {
+		wait, has, err := f.probe(ctx, t)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		defer f.poke()
+		f.probing--
+		if ctx.Err() != nil {
+			t.st = idle
+			return
+		}
+		now := time.Now()
+		switch {
+		case t.removed:
+			f.closePool(t)
+		case !f.owns(t.def.ID): // the members changed meanwhile
+			t.st = elsewhere
+			f.closePool(t)
+		case err != nil:
+			f.failed(t, err, now)
+		case has && wait <= 0:
+			f.recovered(t)
+			f.enqueue(t)
+		default:
+			f.recovered(t)
+			t.st = idle
+			t.every = min(2*t.every, f.cfg.MaxProbe)
+			t.next = now.Add(t.every)
+			if has && wait < t.every {
+				t.next = now.Add(wait)
+			}
+			if t.def.Open != nil && t.pool != nil && now.Sub(t.worked) > f.cfg.IdleClose {
+				f.closePool(t)
+			}
+		}
+	})
+}
+
+// probe runs t's probe statement on one connection of the budget.
+func (f *Fleet) probe(ctx context.Context, t *tenant) (time.Duration, bool, error) {
+	if err := f.conns.acquire(ctx, 1); err != nil {
+		return 0, false, err
+	}
+	defer f.conns.release(1)
+	p, err := f.open(ctx, t)
+	if err != nil {
+		return 0, false, err
+	}
+	defer p.shed()
+	return p.hb.Next(ctx, p.sql)
+}
+
+// goRun relays t, in a goroutine, on the ConnsPerTenant connections taken
+// for it, until a round of its relay comes back short (or fails), or the
+// fleet ends its turn.
+func (f *Fleet) goRun(ctx context.Context, t *tenant, now time.Time) {
+	rctx, cancel := context.WithCancel(ctx)
+	t.st, t.since, t.cancel, t.stopping = active, now, cancel, stopNone
+	f.wg.Go(func() {
+		defer f.conns.release(f.cfg.ConnsPerTenant)
+		defer cancel()
+		claimed, err := f.run(rctx, t, cancel)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		defer f.poke()
+		t.cancel = nil
+		now := time.Now()
+		if claimed > 0 {
+			t.worked = now
+		}
+		switch {
+		case ctx.Err() != nil:
+			t.st = idle
+		case t.removed:
+			f.closePool(t)
+		case err != nil:
+			f.failed(t, err, now)
+		case t.stopping == stopMoved:
+			t.st = elsewhere
+			f.closePool(t)
+		case t.stopping == stopTurn:
+			f.enqueue(t) // at the back
+		default:
+			f.recovered(t)
+			t.st = idle
+			if claimed > 0 {
+				t.every = f.cfg.MinProbe
+			} else { // woken, or probed, for nothing it could claim
+				t.every = min(2*t.every, f.cfg.MaxProbe)
+			}
+			t.next = now.Add(t.every)
+		}
+	})
+}
+
+// run relays t until its relay's round comes back short or fails, or ctx
+// ends; it returns how many events it claimed, and the error that stopped it.
+func (f *Fleet) run(ctx context.Context, t *tenant, stop context.CancelFunc) (int64, error) {
+	p, err := f.open(ctx, t)
+	if err != nil {
+		return 0, err
+	}
+	defer p.shed()
+	start := time.Now()
+	var (
+		claimed  atomic.Int64
+		roundErr atomic.Pointer[error]
+	)
+	round := func(n int, err error) {
+		claimed.Add(int64(n))
+		switch {
+		case err != nil:
+			roundErr.CompareAndSwap(nil, &err)
+			stop()
+		case n > 0 && n < f.cfg.Relay.BatchSize,
+			// Nothing claimed: once the relay had time to take its leases.
+			n == 0 && time.Since(start) >= f.cfg.MinProbe:
+			stop()
+		}
+	}
+	err = p.rel.Run(relayhook.WithRound(ctx, round))
+	if e := roundErr.Load(); e != nil && err == nil {
+		err = *e
+	}
+	return claimed.Load(), err
+}
+
+// failed records t's error and backs it off alone: its waits double from
+// MinProbe up to MaxBackoff.
+func (f *Fleet) failed(t *tenant, err error, now time.Time) {
+	t.fails++
+	if t.fails == 1 || errors.Is(err, relay.ErrSchemaOutdated) {
+		f.log.Warn("fleet: tenant failing; backing off", "tenant", t.def.ID, "err", err)
+	}
+	t.err, t.failedAt = err, now
+	t.st = failing
+	back := f.cfg.MinProbe << min(t.fails-1, 20)
+	t.next = now.Add(min(back, f.cfg.MaxBackoff))
+	if t.def.Open != nil {
+		f.closePool(t) // opened again at the next try
+	}
+}
+
+// recovered clears t's failure.
+func (f *Fleet) recovered(t *tenant) {
+	if t.fails > 0 {
+		f.log.Info("fleet: tenant recovered", "tenant", t.def.ID, "after_failures", t.fails)
+	}
+	t.fails, t.err = 0, nil
+}
+
+// shutdown stops every run, waits for them and the probes, and closes the
+// pools the fleet opened.
+func (f *Fleet) shutdown() {
+	f.mu.Lock()
+	for _, t := range f.tenants {
+		if t.cancel != nil {
+			t.cancel()
+		}
+	}
+	f.queue = nil
+	f.mu.Unlock()
+	f.wg.Wait()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, t := range f.tenants {
+		f.closePool(t)
+		t.st, t.next = idle, time.Time{}
+	}
+}
+
+// open returns t's pool, opening it (Tenant.Open) when it is closed, with
+// its relay.
+func (f *Fleet) open(ctx context.Context, t *tenant) (*pool, error) {
+	f.mu.Lock()
+	p := t.pool
+	f.mu.Unlock()
+	if p != nil {
+		p.fill(f.cfg.ConnsPerTenant)
+		return p, nil
+	}
+	db := t.def.DB
+	if db == nil {
+		var err error
+		if db, err = t.def.Open(ctx); err != nil {
+			return nil, fmt.Errorf("open: %w", err)
+		}
+	}
+	p, err := f.newPool(t, db)
+	if err != nil {
+		if t.def.Open != nil {
+			closeDB(db)
+		}
+		return nil, err
+	}
+	f.mu.Lock()
+	t.pool = p
+	f.mu.Unlock()
+	p.fill(f.cfg.ConnsPerTenant)
+	return p, nil
+}
+
+// newPool makes t's pool of db: its relay, and its probe.
+func (f *Fleet) newPool(t *tenant, db *gorm.DB) (*pool, error) {
+	cfg := f.cfg.Relay
+	if t.def.Table != "" {
+		cfg.Table = t.def.Table
+	}
+	cfg.Tenant = t.def.ID
+	rel, err := relay.New(db, f.pub, cfg)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := drivers.Open(db, cfg.Table)
+	if err != nil {
+		return nil, err
+	}
+	return &pool{db: db, sql: conn.DB, own: t.def.Open != nil, rel: rel, hb: conn.Driver.Heartbeats(conn.Table)}, nil
+}
+
+// closePool closes t's pool if the fleet opened it, and forgets it.
+func (f *Fleet) closePool(t *tenant) {
+	if t.pool == nil {
+		return
+	}
+	if t.pool.own {
+		closeDB(t.pool.db)
+	}
+	t.pool = nil
+}
+
+func closeDB(db *gorm.DB) {
+	if s, err := db.DB(); err == nil {
+		_ = s.Close()
+	}
+}

@@ -1,0 +1,301 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/heraldgo/herald/fleet"
+	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/relay"
+)
+
+// One fleet relays every tenant, databases of their own and schemas of a
+// shared one alike: each message carries its tenant, each account's events
+// in order (ordered mode), nothing left pending.
+func TestRelaysEveryTenant(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		for _, ordered := range []bool{false, true} {
+			t.Run(fmt.Sprintf("ordered=%v", ordered), func(t *testing.T) {
+				w := newWorld(t, d)
+				var ids []string
+				for i := range 4 {
+					id := fmt.Sprintf("own%d", i)
+					w.add(id)
+					ids = append(ids, id)
+				}
+				for i := range 3 {
+					if id := fmt.Sprintf("shared%d", i); w.addShared(id) {
+						ids = append(ids, id)
+					}
+				}
+				cfg := fleet.Config{}
+				cfg.Relay.Ordered = ordered
+				w.start(cfg)
+				for _, id := range ids {
+					w.write(id, 3, 4)
+				}
+				for _, id := range ids {
+					w.wait(id, 12)
+				}
+				for _, id := range ids {
+					for acc, seqs := range w.pub.byAccount(id) {
+						if ordered && !slices.Equal(seqs, []int{0, 1, 2, 3}) {
+							t.Errorf("tenant %s account %s published %v", id, acc, seqs)
+						}
+					}
+					testkit.Eventually(t, 10*time.Second, "tenant "+id+" marked", func() bool {
+						return testkit.Pending(t, w.writers[id]) == 0
+					})
+					if n := w.pub.count(id); n != 12 {
+						t.Errorf("tenant %s: %d published, want 12", id, n)
+					}
+				}
+			})
+		}
+	})
+}
+
+// The fleet's connections stay within MaxConns, whatever the number of
+// tenants; once they are idle, the pools it opened hold none.
+func TestConnectionsBounded(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		const tenants, budget = 10, 7
+		for i := range tenants {
+			w.add(fmt.Sprintf("t%d", i))
+		}
+		stop := make(chan struct{})
+		peak := make(chan int)
+		go func() {
+			top := 0
+			for {
+				select {
+				case <-stop:
+					peak <- top
+					return
+				default:
+				}
+				top = max(top, w.pools.open())
+				time.Sleep(time.Millisecond)
+			}
+		}()
+		w.start(fleet.Config{MaxConns: budget, ConnsPerTenant: 3, Probes: 1, IdleClose: 100 * time.Millisecond})
+		for i := range tenants {
+			w.write(fmt.Sprintf("t%d", i), 5, 3)
+		}
+		for i := range tenants {
+			w.wait(fmt.Sprintf("t%d", i), 15)
+		}
+		testkit.Eventually(t, 10*time.Second, "idle tenants holding no connection", func() bool { return w.pools.open() == 0 })
+		close(stop)
+		if top := <-peak; top > budget {
+			t.Errorf("the tenants' pools held %d connections at once, over the budget of %d", top, budget)
+		} else {
+			t.Logf("at most %d connections at once (budget %d), %d pools opened", top, budget, w.pools.made())
+		}
+	})
+}
+
+// A tenant whose database is down, or whose outbox table is gone, is shown
+// failing with its error and backed off alone: every other tenant is
+// published as before, and the failing ones are once fixed.
+func TestFailuresIsolated(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		for _, id := range []string{"ok1", "ok2", "down", "dropped"} {
+			w.add(id)
+		}
+		down := errors.New("connection refused (test)")
+		w.down.Store("down", down)
+		testkit.Must(t, w.writers["dropped"].Exec(`DROP TABLE outbox_messages`).Error)
+		f := w.start(fleet.Config{MinProbe: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond})
+		w.write("ok1", 2, 2)
+		w.write("ok2", 2, 2)
+		w.wait("ok1", 4)
+		w.wait("ok2", 4)
+		for _, id := range []string{"down", "dropped"} {
+			testkit.Eventually(t, 10*time.Second, id+" shown failing", func() bool {
+				s, _ := status(f, id)
+				return s.State == "failing" && s.Err != nil && s.Failures > 1
+			})
+		}
+		if s, _ := status(f, "down"); !errors.Is(s.Err, down) {
+			t.Errorf("down fails with %v, want %v", s.Err, down)
+		}
+		if st := f.Status(); st[0].Failures == 0 || st[1].Failures == 0 {
+			t.Errorf("Status does not list the failing tenants first: %+v", st)
+		}
+		// Fixed: the database is back, the table made again.
+		w.down.Delete("down")
+		w.write("down", 1, 3)
+		r, err := relay.New(w.writers["dropped"], w.pub, relay.Config{Logger: testkit.Quiet()})
+		testkit.Must(t, err)
+		testkit.Must(t, r.Setup(t.Context()))
+		w.write("dropped", 1, 3)
+		w.wait("down", 3)
+		w.wait("dropped", 3)
+		for _, id := range []string{"down", "dropped"} {
+			if s, _ := status(f, id); s.State == "failing" || s.Err != nil {
+				t.Errorf("%s still failing after it was fixed: %+v", id, s)
+			}
+		}
+	})
+}
+
+// A tenant burning a backlog through a slow publisher does not keep a cold
+// tenant's new event waiting for it: with one place for both, the hot one
+// gives its place up each Slice while the cold one waits, and the cold
+// event goes out while the backlog is still being burnt.
+func TestFairTurns(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		w.add("hot")
+		w.add("cold")
+		w.write("hot", 40, 10)
+		w.pub.delay.Store(int64(2 * time.Millisecond))
+		cfg := fleet.Config{MaxConns: 4, ConnsPerTenant: 3, Probes: 1, Slice: 100 * time.Millisecond,
+			MinProbe: 20 * time.Millisecond}
+		cfg.Relay.BatchSize = 20
+		w.start(cfg)
+		w.wait("hot", 20)
+		w.write("cold", 1, 1)
+		w.wait("cold", 1)
+		if n := w.pub.count("hot"); n >= 400 {
+			t.Fatalf("the cold tenant's event went out only after the hot backlog (%d events)", n)
+		}
+		w.wait("hot", 400)
+		t.Logf("the cold event went out %v before the hot backlog's last", w.pub.last("hot").Sub(w.pub.first("cold")))
+	})
+}
+
+// Wake relays a tenant at once, without waiting for its next probe.
+func TestWake(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		w.add("a")
+		f := w.start(fleet.Config{MinProbe: time.Hour, MaxProbe: time.Hour, MaxBackoff: time.Hour})
+		testkit.Eventually(t, 10*time.Second, "the first probe", func() bool {
+			s, _ := status(f, "a")
+			return s.State == "idle"
+		})
+		w.write("a", 1, 2)
+		f.Wake("a")
+		w.wait("a", 2)
+		f.Wake("unknown") // ignored
+	})
+}
+
+// Tenants added to the list while the fleet runs are relayed; those taken
+// off it are stopped, forgotten, and their pools closed.
+func TestTenantsChange(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		for _, id := range []string{"a", "b", "c"} {
+			w.add(id)
+		}
+		var list atomic.Pointer[[]string]
+		list.Store(&[]string{"a", "b"})
+		f := w.start(fleet.Config{RefreshInterval: 50 * time.Millisecond, Tenants: func(ctx context.Context) ([]fleet.Tenant, error) {
+			return w.list(*list.Load()...)(ctx)
+		}})
+		w.write("a", 1, 1)
+		w.wait("a", 1)
+		if _, ok := status(f, "c"); ok {
+			t.Fatal("c is listed before it was added")
+		}
+		list.Store(&[]string{"b", "c"})
+		w.write("c", 1, 2)
+		w.wait("c", 2)
+		testkit.Eventually(t, 10*time.Second, "a forgotten, its pool closed", func() bool {
+			_, ok := status(f, "a")
+			return !ok && w.pools.open() == 0
+		})
+		w.write("a", 1, 1)
+		time.Sleep(300 * time.Millisecond)
+		if n := w.pub.count("a"); n != 1 {
+			t.Errorf("a, taken off the list, was relayed: %d events", n)
+		}
+	})
+}
+
+// Fleet processes sharing a control database split the tenants between
+// them; when one stops, the others take its tenants over within the TTL,
+// and every event is published.
+func TestMembersShareTenants(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		var ids []string
+		for i := range 8 {
+			ids = append(ids, fmt.Sprintf("t%d", i))
+			w.add(ids[i])
+		}
+		control := d.Open(t, d.NewDSN(t), nil)
+		cfg := fleet.Config{Members: control, MemberTTL: 600 * time.Millisecond, MinProbe: 20 * time.Millisecond}
+		a := w.start(cfg)
+		ctxB, stopB := context.WithCancel(context.Background())
+		cfgB := cfg
+		cfgB.Logger, cfgB.Relay.Logger, cfgB.Relay.PollInterval = testkit.Quiet(), testkit.Quiet(), 50*time.Millisecond
+		cfgB.Tenants = w.list()
+		b, err := fleet.New(w.pub, cfgB)
+		testkit.Must(t, err)
+		doneB := make(chan struct{})
+		var errB error
+		go func() { defer close(doneB); errB = b.Run(ctxB) }()
+		t.Cleanup(func() { stopB(); <-doneB })
+		served := func(f *fleet.Fleet) (here, there int) {
+			for _, s := range f.Status() {
+				if s.State == "elsewhere" {
+					there++
+				} else {
+					here++
+				}
+			}
+			return
+		}
+		testkit.Eventually(t, 10*time.Second, "the tenants split", func() bool {
+			ha, ta := served(a)
+			hb, tb := served(b)
+			return ha > 0 && hb > 0 && ha == tb && hb == ta && ha+hb == len(ids)
+		})
+		for _, s := range a.Status() {
+			want := a.Instance()
+			if s.State == "elsewhere" {
+				want = b.Instance()
+			}
+			if s.Member != want {
+				t.Errorf("tenant %s (%s) served by %q, want %q", s.ID, s.State, s.Member, want)
+			}
+		}
+		for _, id := range ids {
+			w.write(id, 2, 2)
+		}
+		for _, id := range ids {
+			w.wait(id, 4)
+		}
+		stopB()
+		<-doneB
+		testkit.Must(t, errB)
+		testkit.Eventually(t, 10*time.Second, "a serving every tenant", func() bool {
+			_, there := served(a)
+			return there == 0
+		})
+		for _, id := range ids {
+			w.write(id, 1, 2)
+		}
+		for _, id := range ids {
+			w.wait(id, 6)
+		}
+	})
+}

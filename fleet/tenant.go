@@ -1,0 +1,145 @@
+package fleet
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/relay"
+)
+
+// state is where a tenant is in the fleet's cycle: idle until its probe is
+// due, probing, queued for a place once its probe found work (or it was
+// woken), active while its relay runs, failing while it backs off, or
+// elsewhere when another member serves it.
+type state int
+
+const (
+	idle state = iota
+	probing
+	queued
+	active
+	failing
+	elsewhere
+)
+
+var stateNames = [...]string{"idle", "probing", "queued", "active", "failing", "elsewhere"}
+
+func (s state) String() string { return stateNames[s] }
+
+// stopReason is why the fleet stopped an active tenant's relay.
+type stopReason int
+
+const (
+	stopNone    stopReason = iota
+	stopTurn               // others wait: it queues behind them
+	stopMoved              // another member serves it now
+	stopRemoved            // Config.Tenants no longer lists it
+)
+
+// tenant is the fleet's state of one tenant; the fleet's mutex guards it.
+type tenant struct {
+	def      Tenant
+	pool     *pool // nil while closed
+	st       state
+	next     time.Time     // its next probe, idle or failing
+	every    time.Duration // the wait before its next probe, idle
+	since    time.Time     // active since
+	worked   time.Time     // when a run of it last claimed events
+	cancel   context.CancelFunc
+	stopping stopReason
+	removed  bool
+	fails    int
+	err      error
+	failedAt time.Time
+}
+
+// stop ends t's run for why.
+func (t *tenant) stop(why stopReason) {
+	if t.stopping == stopNone {
+		t.stopping = why
+	}
+	if t.cancel != nil {
+		t.cancel()
+	}
+}
+
+// pool is a tenant's database as the fleet uses it: its relay and its
+// probe's statement.
+type pool struct {
+	db  *gorm.DB
+	sql *sql.DB
+	own bool // opened through Tenant.Open: capped, shed when idle, closed
+	rel *relay.Relay
+	hb  store.Heartbeats
+
+	once sync.Once
+}
+
+// fill lets an own pool keep up to n connections while it is used.
+func (p *pool) fill(n int) {
+	if !p.own {
+		return
+	}
+	p.once.Do(func() { p.sql.SetMaxOpenConns(n) })
+	p.sql.SetMaxIdleConns(n)
+}
+
+// shed closes an own pool's idle connections: an idle tenant holds none.
+func (p *pool) shed() {
+	if p.own {
+		p.sql.SetMaxIdleConns(0)
+	}
+}
+
+// budget is the fleet's connections: a weighted semaphore.
+type budget struct {
+	mu   sync.Mutex
+	free int
+	wait chan struct{} // closed when some are released
+}
+
+func newBudget(n int) *budget { return &budget{free: n, wait: make(chan struct{})} }
+
+// try takes n connections if they are free.
+func (b *budget) try(n int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.free < n {
+		return false
+	}
+	b.free -= n
+	return true
+}
+
+// acquire takes n connections, waiting until they are free or ctx ends.
+func (b *budget) acquire(ctx context.Context, n int) error {
+	for {
+		b.mu.Lock()
+		if b.free >= n {
+			b.free -= n
+			b.mu.Unlock()
+			return nil
+		}
+		w := b.wait
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-w:
+		}
+	}
+}
+
+// release gives n connections back.
+func (b *budget) release(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.free += n
+	close(b.wait)
+	b.wait = make(chan struct{})
+}
