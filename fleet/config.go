@@ -99,8 +99,18 @@ type Config struct {
 	// live; members beat every third of it. Defaults to 15s.
 	MemberTTL time.Duration
 
-	// Logger receives the fleet's logs; each tenant's relay logs through it
-	// too, with the attribute "tenant". Defaults to slog.Default().
+	// TenantMetrics is how many tenants label their relays' metrics with
+	// their tenant (relay.Config.TenantMetrics), the first listed first; the
+	// others' counters add up unlabelled and they observe no outbox gauges,
+	// so that the series stay bounded. The fleet's own gauges
+	// (herald.fleet.tenants by state, herald.fleet.connections) are always
+	// observed, through Relay.MeterProvider. Defaults to 0: no tenant
+	// labelled.
+	TenantMetrics int
+
+	// Logger receives the fleet's logs, and each tenant's relay's (with the
+	// attribute "tenant") unless Relay.Logger is set. Defaults to
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -131,7 +141,9 @@ func (c *Config) setDefaults() {
 	}
 	// The relay's own defaults, so that the fleet sees them (PollInterval,
 	// Workers, InstanceID: one name for every tenant's relay).
-	c.Relay.Logger = c.Logger
+	if c.Relay.Logger == nil {
+		c.Relay.Logger = c.Logger
+	}
 	c.Relay.DisableListen = true
 	c.Relay = c.Relay.WithDefaults()
 	setDefault(&c.MinProbe, c.Relay.PollInterval)
@@ -169,6 +181,7 @@ func (c *Config) validate() error {
 	check(c.IdleClose > 0, "IdleClose must be positive")
 	check(c.MaxBackoff >= c.MinProbe, "MaxBackoff must be at least MinProbe")
 	check(c.MemberTTL >= 3*time.Millisecond, "MemberTTL must be at least 3ms")
+	check(c.TenantMetrics >= 0, "TenantMetrics must not be negative")
 	if err := c.Relay.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -40,7 +40,9 @@ type Fleet struct {
 	queue   []*tenant // tenants with work waiting for a place, first come first
 	woken   map[string]bool
 	probing int
+	unknown bool     // a woken id is not a tenant yet: refresh
 	members []string // the live members, with Config.Members
+	labels  int      // tenants whose metrics carry their tenant
 	wg      sync.WaitGroup
 }
 
@@ -72,7 +74,9 @@ func (f *Fleet) Instance() string { return f.cfg.Relay.InstanceID }
 // Wake tells the fleet that events of tenant id were committed: it is
 // relayed as soon as a place is free, without waiting for its next probe.
 // Call it from the writers' process (outboxhook.Config.Notify); it never
-// blocks. An unknown id is ignored.
+// blocks. An id the fleet does not know yet makes it call Config.Tenants
+// again at once (at most once a second), so that a tenant added since the
+// last refresh is relayed at once too.
 func (f *Fleet) Wake(id string) {
 	f.mu.Lock()
 	f.woken[id] = true
@@ -97,6 +101,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	defer f.running.Store(false)
 	defer f.shutdown()
+	defer f.observe()()
 	var m *members
 	if f.cfg.Members != nil {
 		var err error
@@ -105,14 +110,17 @@ func (f *Fleet) Run(ctx context.Context) error {
 		}
 		defer m.leave()
 	}
-	var refreshAt, beatAt time.Time
+	var refreshAt, refreshed, beatAt time.Time
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
 		now := time.Now()
-		if !now.Before(refreshAt) {
+		f.mu.Lock()
+		unknown := f.unknown && now.Sub(refreshed) >= time.Second
+		f.mu.Unlock()
+		if !now.Before(refreshAt) || unknown {
 			f.refresh(ctx)
-			refreshAt = now.Add(f.cfg.RefreshInterval)
+			refreshAt, refreshed = now.Add(f.cfg.RefreshInterval), now
 		}
 		if m != nil && !now.Before(beatAt) {
 			if live, err := m.beat(ctx); err != nil {
@@ -154,6 +162,7 @@ func (f *Fleet) refresh(ctx context.Context) {
 	seen := make(map[string]bool, len(list))
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.unknown = false
 	for _, def := range list {
 		if err := checkTenant(def); err != nil {
 			f.log.Warn("fleet: tenant left out", "tenant", def.ID, "err", err)
@@ -165,7 +174,10 @@ func (f *Fleet) refresh(ctx context.Context) {
 		}
 		seen[def.ID] = true
 		if _, ok := f.tenants[def.ID]; !ok {
-			t := &tenant{def: def, every: f.cfg.MinProbe}
+			t := &tenant{def: def, every: f.cfg.MinProbe, labelled: f.labels < f.cfg.TenantMetrics}
+			if t.labelled {
+				f.labels++
+			}
 			if !f.owns(def.ID) {
 				t.st = elsewhere
 			}
@@ -195,6 +207,9 @@ func checkTenant(def Tenant) error {
 func (f *Fleet) drop(t *tenant) {
 	delete(f.tenants, t.def.ID)
 	delete(f.woken, t.def.ID)
+	if t.labelled {
+		f.labels--
+	}
 	t.removed = true
 	f.dequeue(t)
 	switch t.st {
@@ -215,15 +230,19 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 	defer f.mu.Unlock()
 	wait := f.cfg.MaxProbe
 	for id := range f.woken {
-		if t, ok := f.tenants[id]; ok {
-			switch t.st {
-			case idle:
-				f.enqueue(t)
-			case failing:
-				t.next = now
-			}
+		t, ok := f.tenants[id]
+		switch {
+		case !ok:
+			f.unknown = true
+		case t.st == idle:
+			f.enqueue(t)
+		case t.st == failing:
+			t.next = now
 		}
 		delete(f.woken, id)
+	}
+	if f.unknown { // Run refreshes within a second
+		wait = min(wait, time.Second)
 	}
 	// Probes, the most overdue first.
 	var due []*tenant
@@ -396,6 +415,11 @@ func (f *Fleet) run(ctx context.Context, t *tenant, stop context.CancelFunc) (in
 	)
 	round := func(n int, err error) {
 		claimed.Add(int64(n))
+		if n > 0 {
+			f.mu.Lock()
+			t.worked = time.Now()
+			f.mu.Unlock()
+		}
 		switch {
 		case err != nil:
 			roundErr.CompareAndSwap(nil, &err)
@@ -495,6 +519,9 @@ func (f *Fleet) newPool(t *tenant, db *gorm.DB) (*pool, error) {
 		cfg.Table = t.def.Table
 	}
 	cfg.Tenant = t.def.ID
+	f.mu.Lock()
+	cfg.TenantMetrics = t.labelled
+	f.mu.Unlock()
 	rel, err := relay.New(db, f.pub, cfg)
 	if err != nil {
 		return nil, err

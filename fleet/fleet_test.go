@@ -177,13 +177,22 @@ func TestFairTurns(t *testing.T) {
 	})
 }
 
-// Wake relays a tenant at once, without waiting for its next probe.
+// Wake relays a tenant at once, without waiting for its next probe; a
+// tenant added to the list since the last refresh too (its Wake refreshes).
 func TestWake(t *testing.T) {
 	t.Parallel()
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		w := newWorld(t, d)
 		w.add("a")
-		f := w.start(fleet.Config{MinProbe: time.Hour, MaxProbe: time.Hour, MaxBackoff: time.Hour})
+		w.add("b")
+		var withB atomic.Bool
+		f := w.start(fleet.Config{MinProbe: time.Hour, MaxProbe: time.Hour, MaxBackoff: time.Hour, RefreshInterval: time.Hour,
+			Tenants: func(ctx context.Context) ([]fleet.Tenant, error) {
+				if withB.Load() {
+					return w.list("a", "b")(ctx)
+				}
+				return w.list("a")(ctx)
+			}})
 		testkit.Eventually(t, 10*time.Second, "the first probe", func() bool {
 			s, _ := status(f, "a")
 			return s.State == "idle"
@@ -191,7 +200,15 @@ func TestWake(t *testing.T) {
 		w.write("a", 1, 2)
 		f.Wake("a")
 		w.wait("a", 2)
-		f.Wake("unknown") // ignored
+		withB.Store(true)
+		w.write("b", 1, 2)
+		f.Wake("b")
+		w.wait("b", 2)
+		f.Wake("unknown") // a refresh, which finds no such tenant
+		time.Sleep(50 * time.Millisecond)
+		if len(f.Status()) != 2 {
+			t.Errorf("Status = %+v, want a and b", f.Status())
+		}
 	})
 }
 

@@ -56,6 +56,7 @@ type tenant struct {
 	fails    int
 	err      error
 	failedAt time.Time
+	labelled bool // its relay's metrics carry its tenant (Config.TenantMetrics)
 }
 
 // stop ends t's run for why.
@@ -99,11 +100,19 @@ func (p *pool) shed() {
 // budget is the fleet's connections: a weighted semaphore.
 type budget struct {
 	mu   sync.Mutex
+	max  int
 	free int
 	wait chan struct{} // closed when some are released
 }
 
-func newBudget(n int) *budget { return &budget{free: n, wait: make(chan struct{})} }
+func newBudget(n int) *budget { return &budget{max: n, free: n, wait: make(chan struct{})} }
+
+// used is how many are taken.
+func (b *budget) used() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.max - b.free
+}
 
 // try takes n connections if they are free.
 func (b *budget) try(n int) bool {

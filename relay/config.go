@@ -133,6 +133,13 @@ type Config struct {
 	// logs carry it as the attribute "tenant". A fleet.Fleet sets it for each
 	// of its tenants. Defaults to empty: none.
 	Tenant string
+	// TenantMetrics adds the tenant (Tenant) to the relay's metrics as the
+	// attribute "tenant". Without it a relay with a Tenant observes no
+	// outbox gauges (herald.outbox.*: the tenants of a fleet would overwrite
+	// each other's), and its counters add up with other tenants'. Defaults
+	// to false: a fleet of thousands of tenants would make thousands of
+	// series (fleet.Config.TenantMetrics caps them).
+	TenantMetrics bool
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger

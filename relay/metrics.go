@@ -31,11 +31,18 @@ type metrics struct {
 	oldestXact              metric.Float64ObservableGauge
 }
 
-func newMetrics(mp metric.MeterProvider, table string) *metrics {
+// newMetrics makes the instruments of a relay of cfg: their attribute is
+// the table, and the tenant with Config.TenantMetrics.
+func newMetrics(cfg Config) *metrics {
+	mp := cfg.MeterProvider
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
-	m := &metrics{meter: mp.Meter(telemetry.ScopeName), attrs: metric.WithAttributes(attribute.String("table", table))}
+	attrs := []attribute.KeyValue{attribute.String("table", cfg.Table)}
+	if cfg.TenantMetrics && cfg.Tenant != "" {
+		attrs = append(attrs, attribute.String("tenant", cfg.Tenant))
+	}
+	m := &metrics{meter: mp.Meter(telemetry.ScopeName), attrs: metric.WithAttributes(attrs...)}
 	// An instrument that cannot be made is left as a no-op: metrics never stop
 	// the relay (the errors are those of a misconfigured SDK).
 	m.Instruments = outbound.NewInstruments(m.meter, "herald.relay",
@@ -87,6 +94,9 @@ func (m *metrics) died(n int) {
 // only where the database reports them, the oldest transaction's age only
 // when it is known.
 func (r *Relay) observeOutbox() func() {
+	if r.cfg.Tenant != "" && !r.cfg.TenantMetrics {
+		return func() {} // the gauges of a fleet's tenants would overwrite each other
+	}
 	m := r.m
 	gauges := []metric.Observable{m.pending, m.failing, m.deadG, m.oldest, m.scheduled, m.nextScheduled, m.overdue,
 		m.deadTuples, m.size, m.oldestXact}

@@ -87,7 +87,7 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		caller:  outbound.NewCaller(pub, cfg.PublishTimeout, telemetry.Tracer(cfg.TracerProvider), cfg.MessagingSystem),
 		log:     relayLogger(cfg),
 		wake:    make(chan struct{}, 1),
-		m:       newMetrics(cfg.MeterProvider, cfg.Table),
+		m:       newMetrics(cfg),
 
 		failLog: newTopicLimiter(30*time.Second, maxLogTopics),
 		deadLog: newTopicLimiter(30*time.Second, maxLogTopics),

@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
+	"github.com/google/uuid"
+	promclient "github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/exporters/prometheus"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"gorm.io/gorm"
+
+	"github.com/heraldgo/herald/fleet"
+	"github.com/heraldgo/herald/internal/testkit"
+	"github.com/heraldgo/herald/outboxhook"
+)
+
+// A fleet's metrics through the Prometheus exporter: the first
+// TenantMetrics tenants' relays carry their tenant, the others' counters add
+// up unlabelled, and the fleet's own gauges count its tenants by state and
+// the connections it holds.
+func TestFleetMetrics(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		reg := promclient.NewRegistry()
+		exporter, err := prometheus.New(prometheus.WithRegisterer(reg), prometheus.WithoutScopeInfo())
+		testkit.Must(t, err)
+		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+		t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+
+		var tenants []fleet.Tenant
+		for _, id := range []string{"a", "b", "c"} {
+			dsn := d.NewDSN(t)
+			db := d.Open(t, dsn, nil)
+			testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{})))
+			testkit.Must(t, db.AutoMigrate(&Account{}))
+			for range 2 {
+				a := &Account{ID: uuid.New()}
+				a.Record(Deposited{AccountID: a.ID})
+				testkit.Must(t, db.Create(a).Error)
+			}
+			tenants = append(tenants, fleet.Tenant{ID: id, Open: func(context.Context) (*gorm.DB, error) { return d.Dial(dsn) }})
+		}
+		pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+		cfg := fleet.Config{TenantMetrics: 2, Logger: quietLogger(),
+			Tenants: func(context.Context) ([]fleet.Tenant, error) { return tenants, nil }}
+		cfg.Relay.MeterProvider, cfg.Relay.PollInterval = mp, 50*time.Millisecond
+		f, err := fleet.New(pub, cfg)
+		testkit.Must(t, err)
+		testkit.Run(t, f.Run)
+
+		published := func() map[string]float64 { // by tenant, "" for unlabelled
+			out := map[string]float64{}
+			mfs, err := reg.Gather()
+			testkit.Must(t, err)
+			for _, mf := range mfs {
+				if mf.GetName() != "herald_relay_published_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					tenant := ""
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "tenant" {
+							tenant = l.GetValue()
+						}
+					}
+					out[tenant] += m.GetCounter().GetValue()
+				}
+			}
+			return out
+		}
+		testkit.Eventually(t, 20*time.Second, "6 published", func() bool {
+			p := published()
+			return p["a"]+p["b"]+p[""] == 6
+		})
+		if p := published(); p["a"] != 2 || p["b"] != 2 || p[""] != 2 || p["c"] != 0 {
+			t.Errorf("published by tenant label = %v, want a and b labelled, c unlabelled", p)
+		}
+		mfs, err := reg.Gather()
+		testkit.Must(t, err)
+		states := map[string]float64{}
+		var conns bool
+		for _, mf := range mfs {
+			switch mf.GetName() {
+			case "herald_fleet_tenants":
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "state" {
+							states[l.GetValue()] = m.GetGauge().GetValue()
+						}
+					}
+				}
+			case "herald_fleet_connections":
+				conns = true
+			}
+		}
+		var total float64
+		for _, n := range states {
+			total += n
+		}
+		if total != 3 || len(states) != 6 || !conns {
+			t.Errorf("herald_fleet_tenants = %v (want the 3 tenants over 6 states), herald_fleet_connections seen: %v", states, conns)
+		}
+	})
+}
