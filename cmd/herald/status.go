@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -11,7 +12,7 @@ import (
 )
 
 func (c *cli) status(args []string) int {
-	fs := c.flags("status", `status [--json] [--max-age D] [--wal-slot S] [--max-wal-lag N] [--table T]
+	fs := c.flags("status", `status [--json] [--max-age D] [--wal-slot S] [--max-wal-lag N] [--tenants PATTERN] [--table T]
 
 Shows, per topic and in total, the pending events, those of them that failed
 at least once (failing), the dead events, the age of the oldest pending event
@@ -30,10 +31,18 @@ exists. It says whether a relay streams it, its wal_status, its lag (the WAL
 written since the position the relay last confirmed), the WAL the server keeps
 for it and the time since the relay last reported. A missing or invalidated
 slot, or one lagging past --max-wal-lag (1GiB by default), is unhealthy. With
---wal-slot the outbox table may be missing (StorageWAL keeps none).`)
+--wal-slot the outbox table may be missing (StorageWAL keeps none).
+
+With --tenants it shows, instead, one line per tenant of a fleet (package
+fleet): each schema (MySQL: database) of DATABASE_URL's server whose name
+matches the LIKE pattern and that holds --table, or on SQLite each file
+matching the glob, opened with DATABASE_URL's settings; the tenants whose
+figures cannot be read, then the unhealthy ones, then by the age of the oldest
+pending event. Exits with 3 when one is unhealthy.`)
 	asJSON := fs.Bool("json", false, "print JSON")
 	maxAge := c.durationVar(fs, "max-age", "5m", "an oldest pending event older than this is unhealthy ("+durationHint+"); 0: never")
 	walSlot := fs.String("wal-slot", "", `the WAL relay's replication slot (default: "herald" when it exists)`)
+	tenants := fs.String("tenants", "", `a tenant per schema (MySQL: database) whose name matches this LIKE pattern and holds --table, or on SQLite per file matching this glob: each tenant's totals, the worst first`)
 	maxLag := c.sizeVar(fs, "max-wal-lag", "1GiB", "a WAL slot lagging more than this is unhealthy ("+sizeHint+"); 0: never")
 	if code, ok := c.parseNone(fs, args); !ok {
 		return code
@@ -44,6 +53,12 @@ slot, or one lagging past --max-wal-lag (1GiB by default), is unhealthy. With
 	}
 	if maxLag.n == 0 {
 		cfg.MaxWALLag = -1
+	}
+	if *tenants != "" {
+		if *walSlot != "" {
+			return c.usageError(errors.New("--tenants and --wal-slot: one or the other"))
+		}
+		return c.statusTenants(*tenants, cfg, *asJSON)
 	}
 	db, t, err := c.openDB(true)
 	if err != nil {

@@ -136,6 +136,11 @@ type Driver interface {
 	// PermissionDenied reports whether err says the role may not do what it
 	// tried (create an index, say).
 	PermissionDenied(err error) bool
+	// Schemas returns, sorted, the schemas (MySQL: databases) whose name
+	// matches the LIKE pattern like and that hold a table named table: the
+	// tenants of a schema-per-tenant service. ErrNotSupported on SQLite,
+	// whose tenants are files.
+	Schemas(ctx context.Context, x Execer, like, table string) ([]string, error)
 }
 
 // Row is one outbox row: the one shape the store's operations read and

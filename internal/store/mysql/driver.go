@@ -175,3 +175,9 @@ func checkConnLoc(ctx context.Context, db store.Execer) error {
 	}
 	return nil
 }
+
+// Schemas returns the schemas matching like that hold table.
+func (Driver) Schemas(ctx context.Context, x store.Execer, like, table string) ([]string, error) {
+	return sqlkit.Column[string](ctx, x, `SELECT table_schema FROM information_schema.tables
+WHERE table_name = ? AND table_schema LIKE ? ORDER BY table_schema`, table, like)
+}

@@ -4,6 +4,7 @@
 package postgres
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 
@@ -11,6 +12,7 @@ import (
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // Driver is the PostgreSQL implementation of store.Driver.
@@ -48,3 +50,9 @@ func IsPermissionDenied(err error) bool {
 
 // PermissionDenied reports whether err is insufficient_privilege.
 func (Driver) PermissionDenied(err error) bool { return IsPermissionDenied(err) }
+
+// Schemas returns the schemas matching like that hold table.
+func (Driver) Schemas(ctx context.Context, x store.Execer, like, table string) ([]string, error) {
+	return sqlkit.Column[string](ctx, x, `SELECT table_schema FROM information_schema.tables
+WHERE table_name = $1 AND table_schema LIKE $2 ORDER BY table_schema`, table, like)
+}

@@ -13,7 +13,9 @@
 package sqlite
 
 import (
+	"context"
 	"database/sql"
+	"fmt"
 	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -51,4 +53,9 @@ func IsTableMissing(err error) bool {
 // not be written.
 func (Driver) PermissionDenied(err error) bool {
 	return err != nil && (strings.Contains(err.Error(), "readonly") || strings.Contains(err.Error(), "not authorized"))
+}
+
+// Schemas is not supported: an SQLite tenant is a file.
+func (Driver) Schemas(context.Context, store.Execer, string, string) ([]string, error) {
+	return nil, fmt.Errorf("schemas: %w", store.ErrNotSupported)
 }
