@@ -15,6 +15,8 @@ import (
 
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/relayhook"
+	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -257,13 +259,15 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 		due = append(due, t)
 	}
 	slices.SortFunc(due, func(a, b *tenant) int { return a.next.Compare(b.next) })
-	for _, t := range due {
+	for _, g := range probeGroups(due) {
 		if f.probing >= f.cfg.Probes {
 			break
 		}
 		f.probing++
-		t.st = probing
-		f.goProbe(ctx, t)
+		for _, t := range g {
+			t.st = probing
+		}
+		f.goProbe(ctx, g)
 	}
 	// Runs, first come first served.
 	for len(f.queue) > 0 && f.conns.try(f.cfg.ConnsPerTenant) {
@@ -301,60 +305,128 @@ func (f *Fleet) dequeue(t *tenant) {
 	f.queue = slices.DeleteFunc(f.queue, func(q *tenant) bool { return q == t })
 }
 
-// goProbe asks t's database, in a goroutine, whether anything is pending and
-// when it comes due: with one due, t queues for a place; else it is probed
-// again later, the longer it stays idle the later (MaxProbe at most), or when
-// its earliest event comes due.
-func (f *Fleet) goProbe(ctx context.Context, t *tenant) {
+// maxGroup is how many tenants of one shared pool one probe asks at most.
+const maxGroup = 100
+
+// probeGroups groups the tenants due for a probe, in order: the tenants of
+// one shared pool (Tenant.DB) that are not failing go together, up to
+// maxGroup, each other tenant alone.
+func probeGroups(due []*tenant) [][]*tenant {
+	var groups [][]*tenant
+	open := map[*gorm.DB]int{} // a pool's group that has room
+	for _, t := range due {
+		if t.def.DB == nil || t.fails > 0 {
+			groups = append(groups, []*tenant{t})
+			continue
+		}
+		i, ok := open[t.def.DB]
+		if !ok || len(groups[i]) == maxGroup {
+			i = len(groups)
+			open[t.def.DB] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], t)
+	}
+	return groups
+}
+
+// goProbe asks the databases of ts (one tenant, or tenants of one shared
+// pool), in a goroutine and one statement, whether anything is pending and
+// when it comes due: a tenant with an event due queues for a place; another
+// is probed again later, the longer it stays idle the later (MaxProbe at
+// most), or when its earliest event comes due.
+func (f *Fleet) goProbe(ctx context.Context, ts []*tenant) {
 	f.wg.Go(func() {
-		wait, has, err := f.probe(ctx, t)
+		res := f.probe(ctx, ts)
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		defer f.poke()
 		f.probing--
-		if ctx.Err() != nil {
-			t.st = idle
-			return
-		}
 		now := time.Now()
-		switch {
-		case t.removed:
-			f.closePool(t)
-		case !f.owns(t.def.ID): // the members changed meanwhile
-			t.st = elsewhere
-			f.closePool(t)
-		case err != nil:
-			f.failed(t, err, now)
-		case has && wait <= 0:
-			f.recovered(t)
-			f.enqueue(t)
-		default:
-			f.recovered(t)
-			t.st = idle
-			t.every = min(2*t.every, f.cfg.MaxProbe)
-			t.next = now.Add(t.every)
-			if has && wait < t.every {
-				t.next = now.Add(wait)
-			}
-			if t.def.Open != nil && t.pool != nil && now.Sub(t.worked) > f.cfg.IdleClose {
-				f.closePool(t)
-			}
+		for i, t := range ts {
+			f.probed(ctx, t, res[i], now)
 		}
 	})
 }
 
-// probe runs t's probe statement on one connection of the budget.
-func (f *Fleet) probe(ctx context.Context, t *tenant) (time.Duration, bool, error) {
+// probed settles t's probe.
+func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.Time) {
+	if ctx.Err() != nil {
+		t.st = idle
+		return
+	}
+	switch {
+	case t.removed:
+		f.closePool(t)
+	case !f.owns(t.def.ID): // the members changed meanwhile
+		t.st = elsewhere
+		f.closePool(t)
+	case r.err != nil:
+		f.failed(t, r.err, now)
+	case r.OK && r.Wait <= 0:
+		f.recovered(t)
+		f.enqueue(t)
+	default:
+		f.recovered(t)
+		t.st = idle
+		t.every = min(2*t.every, f.cfg.MaxProbe)
+		t.next = now.Add(t.every)
+		if r.OK && r.Wait < t.every {
+			t.next = now.Add(r.Wait)
+		}
+		if t.def.Open != nil && t.pool != nil && now.Sub(t.worked) > f.cfg.IdleClose {
+			f.closePool(t)
+		}
+	}
+}
+
+// probeResult is a tenant's probe: when its earliest pending event is due,
+// or why it could not be told.
+type probeResult struct {
+	sqlkit.Next
+	err error
+}
+
+// probe runs the probe statement of ts on one connection of the budget:
+// one tenant's, or one for them all (the tenants of one shared pool); when
+// that fails, each tenant's alone, so that an error is its own tenant's.
+func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
+	res := make([]probeResult, len(ts))
 	if err := f.conns.acquire(ctx, 1); err != nil {
-		return 0, false, err
+		for i := range res {
+			res[i].err = err
+		}
+		return res
 	}
 	defer f.conns.release(1)
-	p, err := f.open(ctx, t)
-	if err != nil {
-		return 0, false, err
+	ps := make([]*pool, len(ts))
+	for i, t := range ts {
+		p, err := f.open(ctx, t)
+		if err != nil {
+			res[i].err = err
+			continue
+		}
+		defer p.shed()
+		ps[i] = p
 	}
-	defer p.shed()
-	return p.hb.Next(ctx, p.sql)
+	if len(ts) > 1 && !slices.Contains(ps, nil) {
+		hbs := make([]store.Heartbeats, len(ps))
+		for i, p := range ps {
+			hbs[i] = p.hb
+		}
+		if nexts, err := sqlkit.Nexts(ctx, ps[0].sql, hbs); err == nil {
+			for i, n := range nexts {
+				res[i].Next = n
+			}
+			return res
+		}
+	}
+	for i, p := range ps {
+		if p != nil {
+			res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, p.sql)
+		}
+	}
+	return res
 }
 
 // goRun relays t, in a goroutine, on the ConnsPerTenant connections taken
@@ -413,20 +485,22 @@ func (f *Fleet) run(ctx context.Context, t *tenant, stop context.CancelFunc) (in
 		claimed  atomic.Int64
 		roundErr atomic.Pointer[error]
 	)
-	round := func(n int, err error) {
-		claimed.Add(int64(n))
-		if n > 0 {
+	// An ordered relay that holds no lease yet claims nothing: it is given
+	// until its leases' next try (a third of LeaseDuration) to take some.
+	patience := f.cfg.Relay.LeaseDuration / 3
+	round := func(r relayhook.RoundInfo) {
+		claimed.Add(int64(r.Claimed))
+		if r.Claimed > 0 {
 			f.mu.Lock()
 			t.worked = time.Now()
 			f.mu.Unlock()
 		}
 		switch {
-		case err != nil:
-			roundErr.CompareAndSwap(nil, &err)
+		case r.Err != nil:
+			roundErr.CompareAndSwap(nil, &r.Err)
 			stop()
-		case n > 0 && n < f.cfg.Relay.BatchSize,
-			// Nothing claimed: once the relay had time to take its leases.
-			n == 0 && time.Since(start) >= f.cfg.MinProbe:
+		case r.Claimed > 0 && r.Claimed < f.cfg.Relay.BatchSize, // short: done for now
+			r.Claimed == 0 && (r.Leased || time.Since(start) >= patience):
 			stop()
 		}
 	}

@@ -113,6 +113,14 @@ func TestFailuresIsolated(t *testing.T) {
 		for _, id := range []string{"ok1", "ok2", "down", "dropped"} {
 			w.add(id)
 		}
+		failing := []string{"down", "dropped"}
+		// Schemas of one shared pool, probed in one statement: one of them
+		// gone fails that one alone.
+		shared := w.addShared("shared-ok") && w.addShared("shared-dropped")
+		if shared {
+			testkit.Must(t, w.writers["shared-dropped"].Exec(`DROP TABLE outbox_messages`).Error)
+			failing = append(failing, "shared-dropped")
+		}
 		down := errors.New("connection refused (test)")
 		w.down.Store("down", down)
 		testkit.Must(t, w.writers["dropped"].Exec(`DROP TABLE outbox_messages`).Error)
@@ -121,7 +129,11 @@ func TestFailuresIsolated(t *testing.T) {
 		w.write("ok2", 2, 2)
 		w.wait("ok1", 4)
 		w.wait("ok2", 4)
-		for _, id := range []string{"down", "dropped"} {
+		if shared {
+			w.write("shared-ok", 2, 2)
+			w.wait("shared-ok", 4)
+		}
+		for _, id := range failing {
 			testkit.Eventually(t, 10*time.Second, id+" shown failing", func() bool {
 				s, _ := status(f, id)
 				return s.State == "failing" && s.Err != nil && s.Failures > 1
@@ -130,7 +142,7 @@ func TestFailuresIsolated(t *testing.T) {
 		if s, _ := status(f, "down"); !errors.Is(s.Err, down) {
 			t.Errorf("down fails with %v, want %v", s.Err, down)
 		}
-		if st := f.Status(); st[0].Failures == 0 || st[1].Failures == 0 {
+		if st := f.Status(); st[len(failing)-1].Failures == 0 || st[len(failing)].Failures != 0 {
 			t.Errorf("Status does not list the failing tenants first: %+v", st)
 		}
 		// Fixed: the database is back, the table made again.

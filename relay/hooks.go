@@ -13,9 +13,16 @@ type testHooks struct {
 
 // rounded tells the round hook, if there is one, how a round ended.
 func (r *Relay) rounded(n int, err error) {
-	if r.hooks.round != nil {
-		r.hooks.round(n, err)
+	if r.hooks.round == nil {
+		return
 	}
+	leased := true
+	if l := r.leases; l != nil {
+		l.mu.RLock()
+		leased = len(l.until) > 0
+		l.mu.RUnlock()
+	}
+	r.hooks.round(relayhook.RoundInfo{Claimed: n, Err: err, Leased: leased})
 }
 
 // at calls the test hook of point p, if there is one.

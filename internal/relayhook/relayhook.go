@@ -39,10 +39,19 @@ func From(ctx context.Context) Hook {
 	return h
 }
 
-// Round is told how each round of a relay's loop ended: how many events it
-// claimed, and its error; a failed try at the relay's schema at start is a
-// round that claimed none. It must not block.
-type Round func(claimed int, err error)
+// Round is told how each round of a relay's loop ended; a failed try at the
+// relay's schema at start is a round that claimed none. It must not block.
+type Round func(RoundInfo)
+
+// RoundInfo is how a round ended.
+type RoundInfo struct {
+	Claimed int   // events claimed
+	Err     error // the round's error
+	// Leased is false for a round of an ordered relay that held no
+	// partition lease (not taken yet, or all another instance's): it could
+	// claim nothing. Always true unordered.
+	Leased bool
+}
 
 type roundKey struct{}
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
@@ -96,4 +97,38 @@ func (h heartbeatSQL) Next(ctx context.Context, x store.Execer) (time.Duration, 
 		return 0, false, err
 	}
 	return time.Duration(us.Int64) * time.Microsecond, us.Valid, nil
+}
+
+// Next is what Heartbeats.Next returns of one outbox.
+type Next struct {
+	Wait time.Duration
+	OK   bool
+}
+
+// Nexts asks the outboxes of hbs, all on x's database, what Heartbeats.Next
+// asks each, in one statement: their statements as the columns of one row.
+// Every Heartbeats must be one of this package's (HeartbeatSQL); one
+// outbox's error (its table gone) fails the whole statement.
+func Nexts(ctx context.Context, x store.Execer, hbs []store.Heartbeats) ([]Next, error) {
+	cols := make([]string, len(hbs))
+	for i, hb := range hbs {
+		h, ok := hb.(heartbeatSQL)
+		if !ok {
+			return nil, fmt.Errorf("sqlkit: Nexts of a %T", hb)
+		}
+		cols[i] = "(" + h.q.Next + ")"
+	}
+	us := make([]sql.NullInt64, len(hbs))
+	dest := make([]any, len(hbs))
+	for i := range us {
+		dest[i] = &us[i]
+	}
+	if err := QueryRow(ctx, x, "SELECT "+strings.Join(cols, ", "), nil, dest...); err != nil {
+		return nil, err
+	}
+	out := make([]Next, len(hbs))
+	for i, u := range us {
+		out[i] = Next{Wait: time.Duration(u.Int64) * time.Microsecond, OK: u.Valid}
+	}
+	return out, nil
 }
