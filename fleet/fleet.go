@@ -144,9 +144,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-f.kick:
-			if !timer.Stop() {
-				<-timer.C
-			}
+			timer.Stop() // Reset drops a tick it may have left (Go 1.23+), or it wakes the loop once more
 		case <-timer.C:
 		}
 	}
