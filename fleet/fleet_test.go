@@ -271,7 +271,7 @@ func TestMembersShareTenants(t *testing.T) {
 			w.add(ids[i])
 		}
 		control := d.Open(t, d.NewDSN(t), nil)
-		cfg := fleet.Config{Members: control, MemberTTL: 600 * time.Millisecond, MinProbe: 20 * time.Millisecond}
+		cfg := fleet.Config{Members: control, MemberTTL: 600 * time.Millisecond, MinProbe: 20 * time.Millisecond, MaxConns: 10}
 		a := w.start(cfg)
 		ctxB, stopB := context.WithCancel(context.Background())
 		cfgB := cfg

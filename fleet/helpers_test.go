@@ -139,6 +139,9 @@ func (w *world) start(cfg fleet.Config) *fleet.Fleet {
 	if cfg.Relay.PollInterval == 0 {
 		cfg.Relay.PollInterval = 50 * time.Millisecond
 	}
+	if cfg.MaxConns == 0 { // the tests run side by side: the server's connections are shared
+		cfg.MaxConns = 10
+	}
 	f, err := fleet.New(w.pub, cfg)
 	testkit.Must(w.t, err)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -44,7 +44,7 @@ func TestFleetMetrics(t *testing.T) {
 			tenants = append(tenants, fleet.Tenant{ID: id, Open: func(context.Context) (*gorm.DB, error) { return d.Dial(dsn) }})
 		}
 		pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-		cfg := fleet.Config{TenantMetrics: 2, Logger: quietLogger(),
+		cfg := fleet.Config{TenantMetrics: 2, MaxConns: 10, Logger: quietLogger(),
 			Tenants: func(context.Context) ([]fleet.Tenant, error) { return tenants, nil }}
 		cfg.Relay.MeterProvider, cfg.Relay.PollInterval = mp, 50*time.Millisecond
 		f, err := fleet.New(pub, cfg)
