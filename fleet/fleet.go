@@ -238,6 +238,8 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 			f.enqueue(t)
 		case t.st == failing:
 			t.next = now
+		case t.st == probing || t.st == active: // its events may be past what it reads now
+			t.rewake = true
 		}
 		delete(f.woken, id)
 	}
@@ -295,7 +297,7 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 
 // enqueue makes t wait for a place to be relayed.
 func (f *Fleet) enqueue(t *tenant) {
-	t.st = queued
+	t.st, t.rewake = queued, false
 	f.queue = append(f.queue, t)
 }
 
@@ -362,6 +364,9 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 	case r.err != nil:
 		f.failed(t, r.err, now)
 	case r.OK && r.Wait <= 0:
+		f.recovered(t)
+		f.enqueue(t)
+	case t.rewake:
 		f.recovered(t)
 		f.enqueue(t)
 	default:
@@ -455,7 +460,7 @@ func (f *Fleet) goRun(ctx context.Context, t *tenant, now time.Time) {
 		case t.stopping == stopMoved:
 			t.st = elsewhere
 			f.closePool(t)
-		case t.stopping == stopTurn:
+		case t.stopping == stopTurn, t.rewake:
 			f.enqueue(t) // at the back
 		default:
 			f.recovered(t)
@@ -517,12 +522,10 @@ func (f *Fleet) failed(t *tenant, err error, now time.Time) {
 		f.log.Warn("fleet: tenant failing; backing off", "tenant", t.def.ID, "err", err)
 	}
 	t.err, t.failedAt = err, now
-	t.st = failing
+	t.st, t.rewake = failing, false
 	back := f.cfg.MinProbe << min(t.fails-1, 20)
 	t.next = now.Add(min(back, f.cfg.MaxBackoff))
-	if t.def.Open != nil {
-		f.closePool(t) // opened again at the next try
-	}
+	f.closePool(t) // its pool (if the fleet's own) and relay made again at the next try, the schema checked again
 }
 
 // recovered clears t's failure.

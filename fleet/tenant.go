@@ -57,6 +57,7 @@ type tenant struct {
 	err      error
 	failedAt time.Time
 	labelled bool // its relay's metrics carry its tenant (Config.TenantMetrics)
+	rewake   bool // woken while probed or relayed: queue it when that ends
 }
 
 // stop ends t's run for why.

@@ -51,6 +51,7 @@ type Relay struct {
 	failLog, deadLog *topicLimiter // log lines about failed and dead events, per topic
 
 	partitioned atomic.Bool // DropPartitions, and the outbox is partitioned
+	schemaOK    atomic.Bool // a Run's schema check passed: a later Run skips it
 }
 
 // New returns a relay that reads the outbox through db and publishes to pub. It
@@ -123,7 +124,9 @@ func (r *Relay) Wake() {
 // flight (within PublishTimeout) and returns nil. Database and broker faults never
 // stop it: it logs them, backs off (capped exponential, with jitter) and resumes.
 // An outdated schema does: Run returns ErrSchemaOutdated, naming the migration
-// to run, before it claims anything.
+// to run, before it claims anything. A Relay may Run again once Run returned
+// (a fleet.Fleet runs each tenant's relay while it has work); it then skips
+// the schema check a Run passed before.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	start := func(f func(context.Context)) {
@@ -135,8 +138,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	r.hooks.point, r.hooks.round = relayhook.From(ctx), relayhook.RoundFrom(ctx)
 	defer r.observeOutbox()()
-	if err := r.ensureSchema(ctx); err != nil {
-		return err
+	if !r.schemaOK.Load() { // a Run after a Run does not check again
+		if err := r.ensureSchema(ctx); err != nil {
+			return err
+		}
+		r.schemaOK.Store(ctx.Err() == nil)
 	}
 	caps := r.drv.Caps()
 	if !r.cfg.DisableListen && caps.Has(store.Listen) {

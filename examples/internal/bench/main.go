@@ -8,6 +8,7 @@
 //	go run ./internal/bench wal [-parts write,burn,latency] [-sizes 100000,1000000]
 //	go run ./internal/bench schedule-latency [-db postgres] [-rate 1000] [-delay 2s] [-duration 10s] [-wake=false] [-poll 1s]
 //	go run ./internal/bench relay -scheduled 1000000 [-db postgres] [-events 100000] [-rounds 3]
+//	go run ./internal/bench fleet [-db postgres] [-parts burn,idle,fair] [-tenants 1000] [-events 100] [-duration 30s] [-hot 1000000]
 package main
 
 import (
@@ -35,6 +36,10 @@ func main() {
 		err = runWAL(fs, os.Args[2:])
 	case "schedule-latency":
 		err = runScheduleLatency(fs, os.Args[2:])
+	case "fleet":
+		err = runFleet(fs, os.Args[2:])
+	case "fleet-writer":
+		err = runFleetWriter()
 	case "latency-child":
 		err = runLatencyChild()
 	default:
@@ -47,6 +52,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency|inbox|wal|schedule-latency [flags]")
+	fmt.Fprintln(os.Stderr, "usage: go run ./internal/bench write|relay|latency|inbox|wal|schedule-latency|fleet [flags]")
 	os.Exit(2)
 }
