@@ -67,7 +67,7 @@ type Config struct {
 	Probes int
 	// MinProbe is how soon a tenant that just had work is probed again; an
 	// idle tenant's probes then grow apart, doubling up to MaxProbe.
-	// Defaults to Relay.PollInterval.
+	// Defaults to Relay.PollInterval, or MaxProbe when that is shorter.
 	MinProbe time.Duration
 	// MaxProbe is the longest an idle tenant goes unprobed: how late, at
 	// most, a new event of a tenant nobody woke (Wake) is seen. Defaults
@@ -146,7 +146,7 @@ func (c *Config) setDefaults() {
 	}
 	c.Relay.DisableListen = true
 	c.Relay = c.Relay.WithDefaults()
-	setDefault(&c.MinProbe, c.Relay.PollInterval)
+	setDefault(&c.MinProbe, min(c.Relay.PollInterval, c.MaxProbe))
 }
 
 func setDefault[T comparable](v *T, def T) {

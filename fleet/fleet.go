@@ -43,6 +43,7 @@ type Fleet struct {
 	woken   map[string]bool
 	probing int
 	unknown bool     // a woken id is not a tenant yet: refresh
+	listed  bool     // Config.Tenants was called (Stats before Run calls it)
 	members []string // the live members, with Config.Members
 	labels  int      // tenants whose metrics carry their tenant
 	wg      sync.WaitGroup
@@ -162,7 +163,7 @@ func (f *Fleet) refresh(ctx context.Context) {
 	seen := make(map[string]bool, len(list))
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.unknown = false
+	f.unknown, f.listed = false, true
 	for _, def := range list {
 		if err := checkTenant(def); err != nil {
 			f.log.Warn("fleet: tenant left out", "tenant", def.ID, "err", err)
@@ -412,6 +413,7 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		defer p.shed()
 		ps[i] = p
 	}
+	defer f.clean(ctx, ts, ps, res) // after the probe, on its connection
 	if len(ts) > 1 && !slices.Contains(ps, nil) {
 		hbs := make([]store.Heartbeats, len(ps))
 		for i, p := range ps {
@@ -430,6 +432,33 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		}
 	}
 	return res
+}
+
+// clean runs the Cleanup of the relays of ts whose cleanup is due (every
+// Relay.CleanupInterval, with Relay.Retention): a tenant's relay cleans while
+// it runs, and an idle tenant, whose relay does not run, at its probes.
+func (f *Fleet) clean(ctx context.Context, ts []*tenant, ps []*pool, res []probeResult) {
+	if f.cfg.Relay.Retention <= 0 {
+		return
+	}
+	now := time.Now()
+	for i, t := range ts {
+		f.mu.Lock()
+		if t.cleanAt.IsZero() { // first seen: a cleanup interval from now, as a relay's first
+			t.cleanAt = now.Add(f.cfg.Relay.CleanupInterval)
+		}
+		due := ps[i] != nil && res[i].err == nil && !now.Before(t.cleanAt)
+		if due {
+			t.cleanAt = now.Add(f.cfg.Relay.CleanupInterval)
+		}
+		f.mu.Unlock()
+		if !due {
+			continue
+		}
+		if _, err := ps[i].rel.Cleanup(ctx); err != nil && ctx.Err() == nil {
+			f.log.Warn("fleet: cleanup failed; tried again a cleanup interval later", "tenant", t.def.ID, "err", err)
+		}
+	}
 }
 
 // goRun relays t, in a goroutine, on the ConnsPerTenant connections taken

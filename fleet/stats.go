@@ -76,8 +76,14 @@ func (f *Fleet) status(t *tenant) TenantStatus {
 // others' are their members'), Probes at a time, each on a connection of the
 // budget (an idle tenant's pool opened for it and closed after), and
 // returns them worst first: failing tenants, then by oldest pending age,
-// then by backlog.
+// then by backlog. Before Run, it lists the tenants (Config.Tenants) first.
 func (f *Fleet) Stats(ctx context.Context) ([]TenantStats, error) {
+	f.mu.Lock()
+	listed := f.listed
+	f.mu.Unlock()
+	if !listed { // before Run: the tenants Config.Tenants returns
+		f.refresh(ctx)
+	}
 	f.mu.Lock()
 	var ts []*tenant
 	for _, t := range f.tenants {

@@ -56,8 +56,9 @@ type tenant struct {
 	fails    int
 	err      error
 	failedAt time.Time
-	labelled bool // its relay's metrics carry its tenant (Config.TenantMetrics)
-	rewake   bool // woken while probed or relayed: queue it when that ends
+	labelled bool      // its relay's metrics carry its tenant (Config.TenantMetrics)
+	rewake   bool      // woken while probed or relayed: queue it when that ends
+	cleanAt  time.Time // when a probe next runs its relay's Cleanup (Relay.Retention)
 }
 
 // stop ends t's run for why.

@@ -10,10 +10,21 @@ import (
 
 // cleaner deletes published events older than Retention, a batch at a time, on
 // one instance at a time where the database can tell (PostgreSQL: an advisory
-// lock).
+// lock), every CleanupInterval (jittered). When the next cleanup is due is
+// kept from Run to Run: a relay run again and again for short whiles (a
+// fleet's tenant) cleans at the first Run past that time.
 func (r *Relay) cleaner(ctx context.Context) {
 	lim := newLimiter(30 * time.Second)
-	for outbound.Sleep(ctx, jitter(r.cfg.CleanupInterval)) {
+	for {
+		next := r.cleanNext.Load()
+		if next == 0 {
+			next = time.Now().Add(jitter(r.cfg.CleanupInterval)).UnixNano()
+			r.cleanNext.Store(next)
+		}
+		if !outbound.Sleep(ctx, time.Until(time.Unix(0, next))) {
+			return
+		}
+		r.cleanNext.Store(time.Now().Add(jitter(r.cfg.CleanupInterval)).UnixNano())
 		n, err := r.Cleanup(ctx)
 		if err != nil && ctx.Err() == nil && lim.allow() {
 			r.log.Warn("cleanup failed", "err", err, "suppressed", lim.suppressed())

@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/heraldgo/herald/internal/outbound"
@@ -32,9 +33,13 @@ const (
 // pruner deletes the instance table's rows not seen for heartbeatKeep, at a
 // relay's start and every pruneEvery after: the one place both modes prune
 // (the unordered relay's heartbeat calls it, the ordered relay's leases too).
+// The relay keeps one (Relay.pruner) from Run to Run: a relay run again and
+// again (a fleet's tenant) prunes at its first start, then every pruneEvery.
 type pruner struct {
-	r    *Relay
-	hb   store.Heartbeats
+	r  *Relay
+	hb store.Heartbeats
+
+	mu   sync.Mutex
 	next time.Time // when the next prune is due; zero: at the next call
 }
 
@@ -44,6 +49,8 @@ func (r *Relay) newPruner() *pruner { return &pruner{r: r, hb: r.drv.Heartbeats(
 // (the table missing, a role without DELETE on it) is logged at debug level
 // and tried again pruneRetry later; the relay works all the same.
 func (p *pruner) prune(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	now := time.Now()
 	if now.Before(p.next) {
 		return
@@ -69,17 +76,15 @@ func (p *pruner) prune(ctx context.Context) {
 // resumes once the fault is gone. The row is kept when the relay stops.
 func (r *Relay) heartbeat(ctx context.Context) {
 	hb := r.drv.Heartbeats(r.table)
-	pr := r.newPruner()
 	lim := newLimiter(5 * time.Minute)
-	made := false
 	beat := func() error {
-		if !made {
+		if !r.hbMade.Load() {
 			if err := hb.Create(ctx, r.db); err != nil {
 				return fmt.Errorf("create the instance table: %w", err)
 			}
-			made = true
+			r.hbMade.Store(true)
 		}
-		pr.prune(ctx)
+		r.pruner.prune(ctx)
 		return hb.Beat(ctx, r.db, r.cfg.InstanceID)
 	}
 	for fails := 0; ; {

@@ -42,12 +42,11 @@ func newLeases(r *Relay) *leases {
 func (l *leases) run(ctx context.Context) {
 	lim := newLimiter(30 * time.Second)
 	every := l.r.cfg.LeaseDuration / 3
-	pr := l.r.newPruner() // the rows of instances killed, which never left
 	for {
 		if err := l.tick(ctx); err != nil && ctx.Err() == nil && lim.allow() {
 			l.r.log.Warn("partition leases: renewal failed", "err", err, "suppressed", lim.suppressed())
 		}
-		pr.prune(ctx)
+		l.r.pruner.prune(ctx) // the rows of instances killed, which never left
 		if !outbound.Sleep(ctx, every) {
 			break
 		}

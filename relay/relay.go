@@ -52,6 +52,12 @@ type Relay struct {
 
 	partitioned atomic.Bool // DropPartitions, and the outbox is partitioned
 	schemaOK    atomic.Bool // a Run's schema check passed: a later Run skips it
+
+	// Kept from Run to Run (a fleet runs a tenant's relay again and again):
+	hbMade    atomic.Bool  // the instance table is there: a later beat skips its check
+	pruner    *pruner      // when the instance table's next prune is due
+	cleanNext atomic.Int64 // unix ns when the next cleanup is due; 0: a cleaning interval after Run starts
+	fromHead  atomic.Bool  // the next unordered claim reads from the head (a Run's first)
 }
 
 // New returns a relay that reads the outbox through db and publishes to pub. It
@@ -93,6 +99,7 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		failLog: newTopicLimiter(30*time.Second, maxLogTopics),
 		deadLog: newTopicLimiter(30*time.Second, maxLogTopics),
 	}
+	r.pruner = r.newPruner()
 	if cfg.Ordered {
 		r.leases = newLeases(r)
 	}
@@ -145,6 +152,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.schemaOK.Store(ctx.Err() == nil)
 	}
 	caps := r.drv.Caps()
+	r.fromHead.Store(caps.Has(store.Position))
 	if !r.cfg.DisableListen && caps.Has(store.Listen) {
 		start(r.listen)
 	}

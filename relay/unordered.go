@@ -9,8 +9,13 @@ import (
 	"github.com/heraldgo/herald/internal/store"
 )
 
+// The first claim of a Run reads from the head of the pending index (where
+// the database keeps a claim position): the events a Run before it stepped
+// over, locked then by another batch, are found at once, not at the next
+// sweep (a fleet's tenant is run again and again for short whiles, which
+// no sweep may fall in).
 func (r *Relay) cycleUnordered(ctx context.Context) (int, error) {
-	n, _, err := r.cycleUnorderedFrom(ctx, false)
+	n, _, err := r.cycleUnorderedFrom(ctx, r.fromHead.CompareAndSwap(true, false))
 	return n, err
 }
 

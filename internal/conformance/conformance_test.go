@@ -64,6 +64,7 @@ func Run(t *testing.T, d testkit.Dialect, runs func(i int) bool) {
 		{"admin", adminTests},
 		{"schedule", scheduleTests},
 		{"host", hostTests},
+		{"fleet", fleetTests},
 	} {
 		first := i // counted here: t.Run skips the groups -run leaves out
 		i += len(group.tests)

@@ -65,7 +65,7 @@ func (p *pauser) hook(pt relayhook.Point, err error) {
 }
 
 // run runs r with the pauser's hook until the test ends.
-func (p *pauser) run(t *testing.T, r *relay.Relay) {
+func (p *pauser) run(t *testing.T, r relayer) {
 	testkit.Run(t, func(ctx context.Context) error { return r.Run(relayhook.With(ctx, p.hook)) })
 }
 

@@ -296,10 +296,11 @@ func seqIs(n int) func(*message.Message) bool {
 // relayEnv is one relay test's world: a database with the outbox and the
 // accounts, db its writers' handle.
 type relayEnv struct {
-	t   *testing.T
-	d   testkit.Dialect
-	dsn string
-	db  *gorm.DB
+	t     *testing.T
+	d     testkit.Dialect
+	dsn   string
+	db    *gorm.DB
+	fleet bool // the relays are fleets of one tenant (the suite's fleet group)
 }
 
 func newRelayEnv(t *testing.T, d testkit.Dialect) *relayEnv {
@@ -308,11 +309,11 @@ func newRelayEnv(t *testing.T, d testkit.Dialect) *relayEnv {
 	db := d.Open(t, dsn, nil)
 	must(t, db.Use(outboxhook.New(outboxhook.Config{})))
 	must(t, db.AutoMigrate(&Account{}))
-	return &relayEnv{t: t, d: d, dsn: dsn, db: db}
+	return &relayEnv{t: t, d: d, dsn: dsn, db: db, fleet: viaFleet(t)}
 }
 
 // operator opens the admin API on the outbox, waking r after its requeues.
-func (e *relayEnv) operator(r *relay.Relay) *admin.Outbox {
+func (e *relayEnv) operator(r relayer) *admin.Outbox {
 	e.t.Helper()
 	o, err := admin.Open(context.Background(), e.db, admin.Config{Wake: r.Wake})
 	must(e.t, err)
@@ -423,15 +424,27 @@ func (e *relayEnv) strikes() (maxStrikes, maxAttempts, dead int) {
 	return maxStrikes, maxAttempts, dead
 }
 
+// relayer is what a relay test runs: a relay.Relay, or in the suite's fleet
+// group a fleet.Fleet whose one tenant is the test's outbox, relayed by a
+// relay of the test's configuration.
+type relayer interface {
+	Run(ctx context.Context) error
+	Wake()
+	Stats(ctx context.Context) (relay.Stats, error)
+}
+
 // relay returns a relay on db (the writers' handle when nil), quiet unless
-// cfg has a logger.
-func (e *relayEnv) relay(db *gorm.DB, pub message.Publisher, cfg relay.Config) *relay.Relay {
+// cfg has a logger; in the fleet group, a fleet of one tenant on db.
+func (e *relayEnv) relay(db *gorm.DB, pub message.Publisher, cfg relay.Config) relayer {
 	e.t.Helper()
 	if db == nil {
 		db = e.db
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = quiet()
+	}
+	if e.fleet {
+		return newFleetOfOne(e.t, db, pub, cfg)
 	}
 	r, err := relay.New(db, pub, cfg)
 	must(e.t, err)
@@ -440,7 +453,7 @@ func (e *relayEnv) relay(db *gorm.DB, pub message.Publisher, cfg relay.Config) *
 
 // run starts r and stops it when the test ends (or at stop). returned tells
 // whether Run returned before it was cancelled, which it never should.
-func (e *relayEnv) run(r *relay.Relay) (returned *atomic.Bool, stop func()) {
+func (e *relayEnv) run(r relayer) (returned *atomic.Bool, stop func()) {
 	return testkit.Run(e.t, r.Run)
 }
 
