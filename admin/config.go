@@ -84,6 +84,22 @@ type Config struct {
 	// its group actions (GroupAction.By): the service's authenticated
 	// operator, say. Defaults to "page " and the request's RemoteAddr.
 	Actor func(*http.Request) string
+	// Fleet is a relay fleet (a *fleet.Fleet) whose tenants the page shows:
+	// their count by state on the page and in api/status, from the fleet's
+	// memory, and a page of their own (tenants, and api/tenants) listing
+	// each tenant's state, serving member, error and outbox figures, the
+	// worst first. Open ignores it. Defaults to nil: no tenants are shown
+	// (the tenants routes answer 404).
+	Fleet Fleet
+	// TenantLimit is how many tenants the tenants page and its JSON list,
+	// the worst first. Defaults to 100.
+	TenantLimit int
+	// TenantTimeout bounds the reading of the tenants' figures for the
+	// tenants page (Fleet.Stats: a statement per tenant this process serves,
+	// fleet.Config.Probes at a time, on the fleet's connections): past it
+	// the page lists the tenants' states without figures, and says so.
+	// Defaults to 15s (DefaultTenantTimeout).
+	TenantTimeout time.Duration
 	// Title heads the page. Defaults to "Herald outbox".
 	Title string
 	// Logger logs what fails (a query, a refused cross-origin request).
@@ -101,6 +117,7 @@ const (
 	defaultSchedLimit = 100
 	defaultGroupScan  = 100_000
 	defaultGroupLimit = 50
+	defaultTenLimit   = 100
 	defaultMaxAge     = 5 * time.Minute
 	defaultChannel    = store.DefaultChannel
 	defaultTitle      = "Herald outbox"
@@ -133,6 +150,12 @@ func (c *Config) setDefaults() {
 	}
 	if c.RelayTimeout == 0 {
 		c.RelayTimeout = DefaultRelayTimeout
+	}
+	if c.TenantLimit == 0 {
+		c.TenantLimit = defaultTenLimit
+	}
+	if c.TenantTimeout == 0 {
+		c.TenantTimeout = DefaultTenantTimeout
 	}
 	if c.Channel == "" {
 		c.Channel = defaultChannel
@@ -186,6 +209,12 @@ func (c *Config) parse() (ident.Table, error) {
 	}
 	if c.ScheduledLimit < 0 {
 		errs = append(errs, fmt.Errorf("ScheduledLimit is %d, must not be negative", c.ScheduledLimit))
+	}
+	if c.TenantLimit < 0 {
+		errs = append(errs, fmt.Errorf("TenantLimit is %d, must not be negative", c.TenantLimit))
+	}
+	if c.TenantTimeout < 0 {
+		errs = append(errs, fmt.Errorf("TenantTimeout is %s, must not be negative", c.TenantTimeout))
 	}
 	cop := http.NewCrossOriginProtection()
 	for _, o := range c.TrustedOrigins {

@@ -30,7 +30,15 @@
 // Config.WALSlot (events kept in the WAL, outboxhook.StorageWAL, published
 // by walrelay) it shows the relay's replication slot too: whether it exists
 // and a relay streams it, its wal_status, its lag and the WAL it holds back
-// (walrelay.SlotStatus); the outbox table may then be missing. Its routes,
+// (walrelay.SlotStatus); the outbox table may then be missing. With
+// Config.Fleet (a *fleet.Fleet, relaying many tenants' outboxes) the page
+// counts the fleet's tenants by state and links to a tenants page: each
+// tenant this process serves with its state, error, failures and outbox
+// figures (pending, failing, dead, age of the oldest pending event,
+// scheduled), the worst first (failing, then by that age, then by backlog),
+// failing rows highlighted, then the tenants other members serve, up to
+// Config.TenantLimit; figures not read within Config.TenantTimeout leave the
+// states alone listed. Its routes,
 // relative to where it is mounted (it links relatively, so any prefix works
 // through http.StripPrefix):
 //
@@ -38,6 +46,8 @@
 //	GET  /dead/{id}         one dead event, with its payload and metadata
 //	GET  /api/status        the page's data as JSON (Report)
 //	GET  /api/dead/{id}     one dead event as JSON (DeadEvent)
+//	GET  /tenants           the fleet's tenants (Config.Fleet; 404 without it)
+//	GET  /api/tenants       the fleet's tenants as JSON (TenantsReport)
 //	POST /requeue           requeue the dead events named by the form's id fields
 //	POST /requeue-all       requeue every dead event
 //	POST /requeue-group     requeue the dead group the form's key names (dry_run=1: count only)

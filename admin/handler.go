@@ -29,6 +29,7 @@ type Handler struct {
 	next http.Handler // the routes behind the cross-origin protection
 	page *template.Template
 	one  *template.Template
+	ten  *template.Template // the tenants page
 }
 
 // Report is the page's data, served as JSON at api/status.
@@ -53,6 +54,10 @@ type Report struct {
 	// Writes tells whether the page may requeue, cancel scheduled events
 	// and publish them now (Config.AllowWrites).
 	Writes bool `json:"writes"`
+	// Tenants counts the tenants of Config.Fleet by state, from the fleet's
+	// memory (api/tenants lists them with their figures); absent without
+	// Config.Fleet.
+	Tenants *TenantSummary `json:"tenants,omitempty"`
 }
 
 // New returns the admin page for the outbox table cfg.Table of db. It does
@@ -107,12 +112,15 @@ func New(db *gorm.DB, cfg Config) (*Handler, error) {
 	}
 	h.page = template.Must(template.New("page.html").Funcs(funcs).ParseFS(templates, "templates/page.html", "templates/base.html"))
 	h.one = template.Must(template.New("dead.html").Funcs(funcs).ParseFS(templates, "templates/dead.html", "templates/base.html"))
+	h.ten = template.Must(template.New("tenants.html").Funcs(funcs).ParseFS(templates, "templates/tenants.html", "templates/base.html"))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", h.servePage)
 	mux.HandleFunc("GET /dead/{id}", h.serveDead)
 	mux.HandleFunc("GET /api/status", h.serveStatus)
 	mux.HandleFunc("GET /api/dead/{id}", h.serveDeadJSON)
+	mux.HandleFunc("GET /tenants", h.serveTenants)
+	mux.HandleFunc("GET /api/tenants", h.serveTenantsJSON)
 	mux.HandleFunc("POST /requeue", h.write(h.requeue))
 	mux.HandleFunc("POST /requeue-all", h.write(h.requeueAll))
 	mux.HandleFunc("POST /requeue-group", h.write(h.groupAction(actionRequeueGroup)))
@@ -175,6 +183,15 @@ type pageData struct {
 }
 
 func (h *Handler) report(ctx context.Context) (Report, error) {
+	rep, err := h.outboxReport(ctx)
+	if err == nil && h.cfg.Fleet != nil {
+		rep.Tenants = h.tenantSummary()
+	}
+	return rep, err
+}
+
+// outboxReport reads the outbox's part of the report.
+func (h *Handler) outboxReport(ctx context.Context) (Report, error) {
 	st, err := h.o.Status(ctx)
 	if err != nil {
 		return Report{}, err
