@@ -19,6 +19,12 @@ type tenantStatus struct {
 	Tenant string        `json:"tenant"`
 	Status *admin.Status `json:"status,omitempty"`
 	Error  string        `json:"error,omitempty"`
+	// ServedBy is the relay instance (relay.Config.InstanceID; a fleet's
+	// relays run under the fleet process's) that beat most recently in the
+	// tenant's relays table, ServedAgoSeconds how long ago by the database's
+	// clock; both absent when none ever did (or its row is gone).
+	ServedBy         string   `json:"served_by,omitempty"`
+	ServedAgoSeconds *float64 `json:"served_ago_seconds,omitempty"`
 }
 
 // tenantsReport is status --tenants's result.
@@ -49,6 +55,7 @@ func (c *cli) statusTenants(pattern string, cfg admin.Config, asJSON bool) int {
 			ts.Error = err.Error()
 		} else {
 			ts.Status = &s
+			ts.ServedBy, ts.ServedAgoSeconds = servedBy(s.Relays)
 		}
 		rep.Tenants = append(rep.Tenants, ts)
 		rep.Healthy = rep.Healthy && err == nil && s.Healthy
@@ -119,6 +126,23 @@ func (c *cli) tenantStatus(open func() (*admin.Outbox, error)) (admin.Status, er
 	return o.Status(c.ctx)
 }
 
+// servedBy returns the relay instance that beat most recently in rs's
+// instance table (read by Status already: no other read) and how many
+// seconds ago; "" and nil when none did.
+func servedBy(rs *admin.Relays) (string, *float64) {
+	if rs == nil {
+		return "", nil
+	}
+	var by string
+	var ago *float64
+	for _, in := range rs.Instances {
+		if in.SeenSecondsAgo != nil && (ago == nil || *in.SeenSecondsAgo < *ago) {
+			by, ago = in.Instance, in.SeenSecondsAgo
+		}
+	}
+	return by, ago
+}
+
 // worstFirst orders tenants: unreadable, then unhealthy, then by the oldest
 // pending event's age and the backlog, then by name.
 func worstFirst(a, b tenantStatus) int {
@@ -152,12 +176,12 @@ func (c *cli) printTenants(rep tenantsReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(c.stdout, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintln(tw, "TENANT\tPENDING\tFAILING\tDEAD\tOLDEST PENDING\tHEALTH")
+	_, _ = fmt.Fprintln(tw, "TENANT\tPENDING\tFAILING\tDEAD\tOLDEST PENDING\tSERVED BY\tHEALTH")
 	unhealthy := 0
 	for _, t := range rep.Tenants {
 		if t.Status == nil {
 			unhealthy++
-			_, _ = fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t%s\n", printable(t.Tenant), printable("error: "+t.Error))
+			_, _ = fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t%s\n", printable(t.Tenant), printable("error: "+t.Error))
 			continue
 		}
 		f := t.Status.Total
@@ -169,7 +193,12 @@ func (c *cli) printTenants(rep tenantsReport) {
 			unhealthy++
 			health = "unhealthy: " + strings.Join(t.Status.Problems, "; ")
 		}
-		_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\n", printable(t.Tenant), f.Pending, f.Failing, f.Dead, age, printable(health))
+		served := "-"
+		if t.ServedAgoSeconds != nil {
+			ago := time.Duration(*t.ServedAgoSeconds * float64(time.Second)).Truncate(time.Second)
+			served = printable(t.ServedBy) + " (" + admin.Age(ago) + " ago)"
+		}
+		_, _ = fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%s\t%s\n", printable(t.Tenant), f.Pending, f.Failing, f.Dead, age, served, printable(health))
 	}
 	_ = tw.Flush()
 	c.printf("\n")

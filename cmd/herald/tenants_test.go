@@ -6,16 +6,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/mysqltest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
+	"github.com/heraldgo/herald/relay"
 )
 
 // status --tenants lists each tenant's outbox of a schema-per-tenant
 // service (PostgreSQL schemas, MySQL databases, SQLite files), the unhealthy
-// first, and exits with 3 when one is.
+// first, and exits with 3 when one is; each with the relay instance that
+// beat last in its relays table ("-" when none ever did).
 func TestStatusTenants(t *testing.T) {
 	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
 		prefix := pgtest.Name("herald_ft_") + "_"
@@ -45,9 +50,11 @@ func TestStatusTenants(t *testing.T) {
 			}
 			pattern, dbURL = filepath.Join(dir, prefix+"*.db"), "sqlite://"+filepath.Join(dir, prefix+"a.db")
 		}
+		dbOf := map[string]*gorm.DB{}
 		for _, n := range []string{"b", "a", "c"} { // b's pending events the oldest
 			events := map[string]int{"a": 1, "b": 3, "c": 0}[n]
 			db := d.Open(t, dsnOf[n], nil)
+			dbOf[n] = db
 			testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{Topic: testkit.OpsTopic})))
 			for range events {
 				testkit.Must(t, outboxhook.Add(db, OrderPlaced{OrderID: n}))
@@ -57,8 +64,34 @@ func TestStatusTenants(t *testing.T) {
 				testkit.Must(t, db.Exec(`UPDATE outbox_messages SET dead_at = created_at`).Error)
 			}
 		}
+		// a is relayed by the instance fleet-a, b and c never were.
+		r, err := relay.New(dbOf["a"], testkit.NewGoChannel(), relay.Config{InstanceID: "fleet-a", PollInterval: 50 * time.Millisecond, Logger: testkit.Quiet()})
+		testkit.Must(t, err)
+		_, stop := testkit.Run(t, r.Run)
+		testkit.Eventually(t, 30*time.Second, "fleet-a's heartbeat on a", func() bool {
+			_, out, _ := run1(t, dbURL, "status", "--tenants", pattern)
+			return strings.Contains(out, "fleet-a (")
+		})
+		stop()
 		out := mustRun(t, dbURL, exitUnhealthy, "status", "--tenants", pattern)
 		lines := strings.Split(out, "\n")
+		servedBy := map[string]string{} // tenant: its SERVED BY cell
+		col := -1
+		for _, l := range lines {
+			if strings.HasPrefix(l, "TENANT ") {
+				col = strings.Index(l, "SERVED BY")
+				continue
+			}
+			for _, n := range []string{"a", "b", "c"} {
+				if f := strings.Fields(l); col >= 0 && len(l) > col && len(f) > 0 &&
+					(strings.HasSuffix(f[0], prefix+n) || strings.HasSuffix(f[0], prefix+n+".db")) {
+					servedBy[n] = strings.SplitN(l[col:], "  ", 2)[0]
+				}
+			}
+		}
+		if !strings.HasPrefix(servedBy["a"], "fleet-a (") || !strings.HasSuffix(servedBy["a"], " ago)") || servedBy["b"] != "-" || servedBy["c"] != "-" {
+			t.Fatalf("status --tenants: SERVED BY = %q, want a by fleet-a, b and c by none (-):\n%s", servedBy, out)
+		}
 		var order []string
 		for _, l := range lines {
 			for _, n := range []string{"a", "b", "c"} {
@@ -75,6 +108,13 @@ func TestStatusTenants(t *testing.T) {
 		testkit.Must(t, json.Unmarshal([]byte(mustRun(t, dbURL, exitUnhealthy, "status", "--tenants", pattern, "--json")), &rep))
 		if len(rep.Tenants) != 3 || rep.Healthy || rep.Tenants[1].Status == nil || rep.Tenants[1].Status.Total.Pending != 3 {
 			t.Fatalf("status --tenants --json = %+v", rep)
+		}
+		for _, ts := range rep.Tenants {
+			served := ts.Tenant == prefix+"a" || strings.HasSuffix(ts.Tenant, prefix+"a.db")
+			if served && (ts.ServedBy != "fleet-a" || ts.ServedAgoSeconds == nil || *ts.ServedAgoSeconds < 0 || *ts.ServedAgoSeconds > 60) ||
+				!served && (ts.ServedBy != "" || ts.ServedAgoSeconds != nil) {
+				t.Fatalf("status --tenants --json: %s served by %q, %v seconds ago; want a by fleet-a, the others by none", ts.Tenant, ts.ServedBy, ts.ServedAgoSeconds)
+			}
 		}
 		none := mustRun(t, dbURL, exitOK, "status", "--tenants", prefix+"nothing")
 		if !strings.Contains(none, "no tenant matches") {
