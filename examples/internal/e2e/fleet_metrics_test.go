@@ -2,10 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
 	"github.com/google/uuid"
 	promclient "github.com/prometheus/client_golang/prometheus"
@@ -13,6 +17,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/events"
 	"github.com/heraldgo/herald/fleet"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/outboxhook"
@@ -32,16 +37,9 @@ func TestFleetMetrics(t *testing.T) {
 
 		var tenants []fleet.Tenant
 		for _, id := range []string{"a", "b", "c"} {
-			dsn := d.NewDSN(t)
-			db := d.Open(t, dsn, nil)
-			testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{})))
-			testkit.Must(t, db.AutoMigrate(&Account{}))
-			for range 2 {
-				a := &Account{ID: uuid.New()}
-				a.Record(Deposited{AccountID: a.ID})
-				testkit.Must(t, db.Create(a).Error)
-			}
-			tenants = append(tenants, fleet.Tenant{ID: id, Open: func(context.Context) (*gorm.DB, error) { return d.Dial(dsn) }})
+			tn, db := newFleetTenant(t, d, id)
+			writeAccounts(t, db, 2)
+			tenants = append(tenants, tn)
 		}
 		pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
 		cfg := fleet.Config{TenantMetrics: 2, MaxConns: 10, Logger: quietLogger(),
@@ -104,4 +102,87 @@ func TestFleetMetrics(t *testing.T) {
 			t.Errorf("herald_fleet_tenants = %v (want the 3 tenants over 6 states), herald_fleet_connections seen: %v", states, conns)
 		}
 	})
+}
+
+// newFleetTenant makes a database of the test's own on d with the outbox, for
+// tenant id, and returns the tenant (the fleet opens and closes its pool)
+// and the database to write it through.
+func newFleetTenant(t *testing.T, d testkit.Dialect, id string) (fleet.Tenant, *gorm.DB) {
+	t.Helper()
+	dsn := d.NewDSN(t)
+	db := d.Open(t, dsn, nil)
+	testkit.Must(t, db.Use(outboxhook.New(outboxhook.Config{})))
+	testkit.Must(t, db.AutoMigrate(&Account{}))
+	return fleet.Tenant{ID: id, Open: func(context.Context) (*gorm.DB, error) { return d.Dial(dsn) }}, db
+}
+
+// writeAccounts commits n accounts of one event each through db.
+func writeAccounts(t *testing.T, db *gorm.DB, n int) {
+	t.Helper()
+	for range n {
+		a := &Account{ID: uuid.New()}
+		a.Record(Deposited{AccountID: a.ID})
+		testkit.Must(t, db.Create(a).Error)
+	}
+}
+
+// runMetricsFleet runs a fleet of three PostgreSQL tenants, "a" and "b" with
+// their tenant on their metrics (TenantMetrics 2) and "c" without, observed
+// by mp, until each published its events; then it holds tenant b's relay in
+// a Publish call (a broker that stopped answering) while it has an event
+// pending, so that b's outbox gauges are observed with its tenant, and
+// returns the function that lets b's relay go on. What mp's exporter reads
+// meanwhile is what a fleet exports.
+func runMetricsFleet(t *testing.T, mp *sdkmetric.MeterProvider) (release func()) {
+	t.Helper()
+	var (
+		tenants []fleet.Tenant
+		dbs     []*gorm.DB
+	)
+	for _, id := range []string{"a", "b", "c"} {
+		tn, db := newFleetTenant(t, testkit.Postgres, id)
+		writeAccounts(t, db, 2)
+		tenants, dbs = append(tenants, tn), append(dbs, db)
+	}
+	var (
+		holdB   atomic.Bool
+		entered = make(chan struct{})
+		enter   sync.Once
+		freed   = make(chan struct{})
+		free    sync.Once
+	)
+	release = func() { free.Do(func() { close(freed) }) }
+	inner := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
+	pub := testkit.PublisherFunc(func(topic string, msgs ...*message.Message) error {
+		if holdB.Load() && msgs[0].Metadata.Get(events.MetaTenant) == "b" {
+			enter.Do(func() { close(entered) })
+			<-freed
+			return errors.New("held publisher released")
+		}
+		return inner.Publish(topic, msgs...)
+	})
+	cfg := fleet.Config{TenantMetrics: 2, MaxConns: 10, Logger: quietLogger(),
+		Tenants: func(context.Context) ([]fleet.Tenant, error) { return tenants, nil }}
+	cfg.Relay.MeterProvider, cfg.Relay.PollInterval = mp, 50*time.Millisecond
+	f, err := fleet.New(pub, cfg)
+	testkit.Must(t, err)
+	testkit.Run(t, f.Run)
+	t.Cleanup(release) // before the fleet stops (cleanups run last first)
+	testkit.Eventually(t, 20*time.Second, "every tenant's events published", func() bool {
+		for _, db := range dbs {
+			if testkit.Pending(t, db) != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	holdB.Store(true)
+	writeAccounts(t, dbs[1], 1)
+	f.Wake("b")
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("tenant b's relay did not publish its new event")
+	}
+	return release
 }
