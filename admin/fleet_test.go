@@ -81,12 +81,7 @@ func (ts *tenants) start(pub message.Publisher, instance string, members *gorm.D
 // tenantsJSON reads h's api/tenants.
 func tenantsJSON(t *testing.T, h http.Handler) admin.TenantsReport {
 	t.Helper()
-	res, body := serve(t, h, get("/api/tenants"))
-	if res.Code != http.StatusOK {
-		t.Fatalf("GET /api/tenants: %d %s", res.Code, body)
-	}
-	var rep admin.TenantsReport
-	testkit.Must(t, json.Unmarshal([]byte(body), &rep))
+	rep, _ := getJSON[admin.TenantsReport](t, h, "/api/tenants")
 	return rep
 }
 

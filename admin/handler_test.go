@@ -45,6 +45,19 @@ func post(path string, form url.Values, site, origin string) *http.Request {
 	return r
 }
 
+// getJSON GETs path from h, wants 200 and decodes the body into a T; it
+// returns the body too.
+func getJSON[T any](t *testing.T, h http.Handler, path string) (T, string) {
+	t.Helper()
+	res, body := serve(t, h, get(path))
+	if res.Code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, res.Code, body)
+	}
+	var v T
+	testkit.Must(t, json.Unmarshal([]byte(body), &v))
+	return v, body
+}
+
 func get(path string) *http.Request {
 	return httptest.NewRequest(http.MethodGet, "http://admin.example"+path, nil)
 }

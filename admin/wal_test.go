@@ -1,7 +1,6 @@
 package admin_test
 
 import (
-	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -32,13 +31,7 @@ func walEnv(t *testing.T) (db *gorm.DB, dsn, slot string) {
 
 func report(t *testing.T, h http.Handler) (admin.Report, string) {
 	t.Helper()
-	res, body := serve(t, h, get("/api/status"))
-	if res.Code != http.StatusOK {
-		t.Fatalf("GET /api/status: %d %s", res.Code, body)
-	}
-	var rep admin.Report
-	testkit.Must(t, json.Unmarshal([]byte(body), &rep))
-	return rep, body
+	return getJSON[admin.Report](t, h, "/api/status")
 }
 
 // With WALSlot and no outbox table (StorageWAL), the page and api/status show

@@ -41,13 +41,7 @@ func TestFleetMetrics(t *testing.T) {
 			writeAccounts(t, db, 2)
 			tenants = append(tenants, tn)
 		}
-		pub := gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{})
-		cfg := fleet.Config{TenantMetrics: 2, MaxConns: 10, Logger: quietLogger(),
-			Tenants: func(context.Context) ([]fleet.Tenant, error) { return tenants, nil }}
-		cfg.Relay.MeterProvider, cfg.Relay.PollInterval = mp, 50*time.Millisecond
-		f, err := fleet.New(pub, cfg)
-		testkit.Must(t, err)
-		testkit.Run(t, f.Run)
+		runMetricsTenants(t, gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), mp, tenants)
 
 		published := func() map[string]float64 { // by tenant, "" for unlabelled
 			out := map[string]float64{}
@@ -161,12 +155,7 @@ func runMetricsFleet(t *testing.T, mp *sdkmetric.MeterProvider) (release func())
 		}
 		return inner.Publish(topic, msgs...)
 	})
-	cfg := fleet.Config{TenantMetrics: 2, MaxConns: 10, Logger: quietLogger(),
-		Tenants: func(context.Context) ([]fleet.Tenant, error) { return tenants, nil }}
-	cfg.Relay.MeterProvider, cfg.Relay.PollInterval = mp, 50*time.Millisecond
-	f, err := fleet.New(pub, cfg)
-	testkit.Must(t, err)
-	testkit.Run(t, f.Run)
+	f := runMetricsTenants(t, pub, mp, tenants)
 	t.Cleanup(release) // before the fleet stops (cleanups run last first)
 	testkit.Eventually(t, 20*time.Second, "every tenant's events published", func() bool {
 		for _, db := range dbs {
@@ -185,4 +174,18 @@ func runMetricsFleet(t *testing.T, mp *sdkmetric.MeterProvider) (release func())
 		t.Fatal("tenant b's relay did not publish its new event")
 	}
 	return release
+}
+
+// runMetricsTenants runs, until the test ends, a fleet over tenants that
+// publishes to pub, observed by mp, the first two tenants labelled
+// (TenantMetrics 2), and returns it.
+func runMetricsTenants(t *testing.T, pub message.Publisher, mp *sdkmetric.MeterProvider, tenants []fleet.Tenant) *fleet.Fleet {
+	t.Helper()
+	cfg := fleet.Config{TenantMetrics: 2, MaxConns: 10, Logger: quietLogger(),
+		Tenants: func(context.Context) ([]fleet.Tenant, error) { return tenants, nil }}
+	cfg.Relay.MeterProvider, cfg.Relay.PollInterval = mp, 50*time.Millisecond
+	f, err := fleet.New(pub, cfg)
+	testkit.Must(t, err)
+	testkit.Run(t, f.Run)
+	return f
 }
