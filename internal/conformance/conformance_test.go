@@ -22,13 +22,27 @@
 package conformance
 
 import (
+	"flag"
+	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
-func TestMain(m *testing.M) { pgtest.Main(m) }
+// TestMain runs the suite with -parallel 4 unless set: its tests mostly
+// wait (for a server, a lease, a timer), so more of them than the machine's
+// cores run side by side.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
+	}
+	pgtest.Main(m)
+}
 
 // TestConformance runs the conformance suite on every database the tests run
 // against (HERALD_TEST_DIALECTS picks some), in parallel. Without
