@@ -420,9 +420,9 @@ func (h *host) heraldHoldsOK() bool {
 // Herald's to answer for. On SQLite: those that waited on a frozen holder of
 // the write lock (frozenHolds), as those that overlap the long transaction or
 // a burst are. On PostgreSQL and MySQL: those during which the sampler
-// (waitLoop, every 100ms) saw no writer wait at all, in 5 samples or more: no
-// lock held them back (a lock wait shows in every sample it spans), the
-// machine's load did. Both are counted apart and shown.
+// (waitLoop, every 100ms) saw no writer wait, in 5 samples or more, but on
+// other writers (onWriters): no lock of Herald's held them back (a lock wait
+// shows in every sample it spans), the machine's load did. Both are counted apart and shown.
 func (h *host) settleSaves(saves *saveStats) {
 	if h.kind != sqliteDB {
 		n := saves.exempt(func(s [2]time.Time) bool { return h.waits.quiet(s[0], s[1], 5) })
@@ -502,7 +502,7 @@ func (h *host) rows(row func(string, any), saves *saveStats) {
 		saves.mu.Lock()
 		quiet := saves.quiet
 		saves.mu.Unlock()
-		row("slow saves not counted: no sample during them (5 or more, every 100ms) saw a writer wait, the machine's load held them", quiet)
+		row("slow saves not counted: no sample during them (5 or more, every 100ms) saw a writer wait but on other writers, the machine's load held them", quiet)
 	}
 	if h.kind == sqliteDB && h.o.pauseEvery > 0 {
 		saves.mu.Lock()

@@ -107,8 +107,8 @@ func loadAverage() float64 {
 }
 
 // quiet reports whether at least least samples fell within [from, to] and
-// none of them saw a writer wait (nor the writers' process run late, nor a
-// writer wait for a pooled connection).
+// none of them saw a writer wait for anything but other writers (nor the
+// writers' process run late, nor a writer wait for a pooled connection).
 func (w *dbWaits) quiet(from, to time.Time, least int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -117,12 +117,30 @@ func (w *dbWaits) quiet(from, to time.Time, least int) bool {
 		if s.at.Before(from) || s.at.After(to) {
 			continue
 		}
-		if len(s.waits) > 0 {
-			return false
+		if !slices.ContainsFunc(s.waits, func(x string) bool { return !onWriters(x) }) {
+			n++
+			continue
 		}
-		n++
+		return false
 	}
 	return n >= least
+}
+
+// onWriters reports whether a PostgreSQL wait (pgWaitQuery's line) is held
+// by writers alone: the application's own contention (a row of accounts,
+// the extension of its table), not Herald's. A writer that waits on Herald
+// in turn shows in the same sample as a wait of its own.
+func onWriters(wait string) bool {
+	_, blockers, ok := strings.Cut(wait, " <- ")
+	if !ok || blockers == "nobody" {
+		return false
+	}
+	for _, b := range strings.Split(blockers, "; ") {
+		if !strings.HasPrefix(b, "chaos_writer (") {
+			return false
+		}
+	}
+	return true
 }
 
 // during says what the samples within [from, to] saw: the lock waits by
