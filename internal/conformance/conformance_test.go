@@ -31,15 +31,16 @@ import (
 	"github.com/heraldgo/herald/internal/testkit"
 )
 
-// TestMain runs the suite with -parallel 4 unless set: its tests mostly
-// wait (for a server, a lease, a timer), so more of them than the machine's
-// cores run side by side.
+// TestMain runs the suite with -parallel 3 unless set (or the machine's
+// cores, when more): its tests mostly wait (for a server, a lease, a
+// timer), so more of them than two cores run side by side; more than 3 on
+// two busy cores stretches the timing of those that measure it.
 func TestMain(m *testing.M) {
 	flag.Parse()
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
 	if !set {
-		_ = flag.Set("test.parallel", strconv.Itoa(max(4, runtime.GOMAXPROCS(0))))
+		_ = flag.Set("test.parallel", strconv.Itoa(max(3, runtime.GOMAXPROCS(0))))
 	}
 	pgtest.Main(m)
 }

@@ -324,9 +324,10 @@ func testRelayReleasedClaimsFoundDespiteSlowBroker(t *testing.T, dl testkit.Dial
 	// Found within a sweep interval, plus a sweep's slow batch in flight,
 	// plus their own publish (and on SQLite what is left of the lease):
 	// 3-6 s on a quiet machine. The fault this guards against took
-	// minutes; 20 s leaves room for CI's race run on two busy cores (one
-	// took over 10 s).
-	eventually(t, 20*time.Second, "the released events", func() bool { return got.HasAll(ids) })
+	// minutes; 40 s leaves room for CI's race run on two busy cores, where
+	// a slow head scan spaces the sweeps out (200 times the scan: one run
+	// took over 20 s).
+	eventually(t, 40*time.Second, "the released events", func() bool { return got.HasAll(ids) })
 	t.Logf("released events published %v after their release", time.Since(released).Round(time.Millisecond))
 	for id := range ids {
 		if n := got.Count(id); n != 1 {
