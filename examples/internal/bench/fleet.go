@@ -39,7 +39,8 @@ import (
 )
 
 // The fleet bench: one fleet.Fleet relaying many tenants' outboxes, against
-// plain relay.Relay instances, in three parts.
+// plain relay.Relay instances, in three parts; and a fourth, scale, of
+// several fleet processes sharing the tenants (fleetscale.go).
 //
 //   - burn: T tenants of E pending events each, burnt down by one fleet,
 //     against one relay burning one outbox of T×E events.
@@ -50,6 +51,9 @@ import (
 //   - fair: one tenant with a large backlog and many cold tenants committing
 //     an event a second each: the cold events' commit->publish latency
 //     beside the backlog, and without it.
+//   - scale: P fleet processes (fleet.Config.Members) sharing T tenants of
+//     E pending events each: their burn-down, how the tenants split, and
+//     the takeover of a killed member's tenants.
 //
 // Tenants on PostgreSQL are schemas of a database of the command's own (so
 // that pg_stat_database counts the bench alone, and dropping it drops them
@@ -62,12 +66,12 @@ import (
 // runFleet is bench fleet: the parts of -parts, one after the other.
 func runFleet(fs *flag.FlagSet, args []string) error {
 	dbName := fs.String("db", "postgres", "database: postgres, sqlite or mysql")
-	partsFlag := fs.String("parts", "burn,idle,fair", "parts to run, comma-separated: burn, idle, fair")
+	partsFlag := fs.String("parts", "burn,idle,fair", "parts to run, comma-separated: burn, idle, fair, scale")
 	shared := fs.Bool("shared", false, "MySQL: read the tenants' databases through one shared pool (Tenant.DB, \"db.outbox_messages\") instead of opening each on demand (Tenant.Open); PostgreSQL always shares one pool, SQLite never can")
-	tenants := fs.Int("tenants", 0, "burn: tenants (0: 1000 on PostgreSQL, 100 elsewhere)")
-	perTenant := fs.Int("events", 0, "burn: pending events per tenant (0: 100 on PostgreSQL, 1000 elsewhere)")
+	tenants := fs.Int("tenants", 0, "burn, scale: tenants (0: 1000 on PostgreSQL, 100 elsewhere)")
+	perTenant := fs.Int("events", 0, "burn, scale: pending events per tenant (0: 100 on PostgreSQL, 1000 elsewhere)")
 	rounds := fs.Int("rounds", 1, "burn: rounds, the fleet and the single relay in alternating order")
-	pubKind := fs.String("publisher", "gochannel", "burn: gochannel or discard (see relay -publishers)")
+	pubKind := fs.String("publisher", "gochannel", "burn, scale: gochannel or discard (see relay -publishers)")
 	idleTenants := fs.Int("idle-tenants", 0, "idle: the fleet's tenants (0: 1000 on PostgreSQL, 100 elsewhere)")
 	active := fs.Int("active", 10, "idle: active tenants, a writer each")
 	rate := fs.Int("rate", 100, "idle: events a second written to each active tenant")
@@ -76,6 +80,9 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 	warmup := fs.Duration("warmup", 20*time.Second, "idle: how long each run runs before its window (an idle tenant's probes grow apart from 1s to 10s: 1+2+4+8 s)")
 	hot := fs.Int("hot", 0, "fair: the hot tenant's backlog (0: 1,000,000 on PostgreSQL, 100,000 elsewhere)")
 	cold := fs.Int("cold", 50, "fair: cold tenants, each committing one event a second")
+	processes := fs.String("processes", "1,2,4", "scale: fleet processes sharing the tenants, a run for each, comma-separated")
+	memberTTL := fs.Duration("member-ttl", 3*time.Second, "scale: fleet.Config.MemberTTL (a killed member's tenants move after about it)")
+	memberConns := fs.Int("member-conns", 0, "scale: each process's fleet.Config.MaxConns (0: 48, or less so that the largest run fits the server's max_connections less 30)")
 	wake := fs.Bool("wake", true, "fair: the cold writers' hook wakes the fleet (outboxhook.Config.Notify = Fleet.Wake); false: the fleet finds their events by its probes")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -118,8 +125,13 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 			err = fleetIdle(space, *shared, *idleTenants, *active, *rate, *relays, *warmup, *dur)
 		case "fair":
 			err = fleetFair(space, *shared, *hot, *cold, *dur, *wake)
+		case "scale":
+			var procs []int
+			if procs, err = intList(*processes); err == nil {
+				err = fleetScale(space, *shared, *tenants, *perTenant, procs, *memberTTL, *memberConns, *pubKind)
+			}
 		default:
-			err = fmt.Errorf("unknown part %q: burn, idle or fair", part)
+			err = fmt.Errorf("unknown part %q: burn, idle, fair or scale", part)
 		}
 		if err != nil {
 			return fmt.Errorf("fleet %s: %w", part, err)

@@ -9,6 +9,7 @@
 //	go run ./internal/bench schedule-latency [-db postgres] [-rate 1000] [-delay 2s] [-duration 10s] [-wake=false] [-poll 1s]
 //	go run ./internal/bench relay -scheduled 1000000 [-db postgres] [-events 100000] [-rounds 3]
 //	go run ./internal/bench fleet [-db postgres] [-parts burn,idle,fair] [-tenants 1000] [-events 100] [-duration 30s] [-hot 1000000]
+//	go run ./internal/bench fleet -parts scale [-db postgres] [-tenants 1000] [-events 100] [-processes 1,2,4] [-member-ttl 3s]
 package main
 
 import (
@@ -40,6 +41,8 @@ func main() {
 		err = runFleet(fs, os.Args[2:])
 	case "fleet-writer":
 		err = runFleetWriter()
+	case "fleet-member":
+		err = runFleetMember()
 	case "latency-child":
 		err = runLatencyChild()
 	default:
