@@ -256,6 +256,23 @@ func (s *fleetSpace) tenants(prefix string, n int) ([]tenantOutbox, error) {
 // each runs prep on each of ts through a pool of the tenant's own (its
 // dsn), four tenants at a time.
 func (s *fleetSpace) each(ts []tenantOutbox, prep func(db *gorm.DB, t tenantOutbox) error) error {
+	return fourAtATime(len(ts), func(i int) error {
+		dsn := ts[i].dsn
+		if s.bdb.name == "postgres" { // the set-up's many small commits unflushed: a loader's only
+			dsn += "&synchronous_commit=off"
+		}
+		db, err := s.bdb.open(dsn)
+		if err != nil {
+			return err
+		}
+		defer closeGorm(db)
+		return prep(db, ts[i])
+	})
+}
+
+// fourAtATime calls f for 0..n-1, four calls at a time; a worker whose call
+// fails stops, and the errors are returned joined.
+func fourAtATime(n int, f func(i int) error) error {
 	var (
 		next atomic.Int64
 		wg   sync.WaitGroup
@@ -263,19 +280,8 @@ func (s *fleetSpace) each(ts []tenantOutbox, prep func(db *gorm.DB, t tenantOutb
 	)
 	for w := range errs {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(ts) && errs[w] == nil; i = int(next.Add(1) - 1) {
-				errs[w] = func() error {
-					dsn := ts[i].dsn
-					if s.bdb.name == "postgres" { // the set-up's many small commits unflushed: a loader's only
-						dsn += "&synchronous_commit=off"
-					}
-					db, err := s.bdb.open(dsn)
-					if err != nil {
-						return err
-					}
-					defer closeGorm(db)
-					return prep(db, ts[i])
-				}()
+			for i := int(next.Add(1) - 1); i < n && errs[w] == nil; i = int(next.Add(1) - 1) {
+				errs[w] = f(i)
 			}
 		})
 	}

@@ -445,28 +445,18 @@ func (r *scaleRun) takeover(space *fleetSpace, ts []tenantOutbox, ttl time.Durat
 	write := func(k int) error {
 		agg := "r" + strconv.Itoa(k)
 		keys := make([]string, len(ts))
-		var (
-			next atomic.Int64
-			wg   sync.WaitGroup
-			errs = make([]error, 4)
-		)
-		for j := range errs {
-			wg.Go(func() {
-				for i := int(next.Add(1) - 1); i < len(ts) && errs[j] == nil; i = int(next.Add(1) - 1) {
-					if _, err := w.Exec(inserts[i], bdb.rawOutboxArgs(agg, benchPayload)...); err != nil {
-						errs[j] = fmt.Errorf("tenant %s: %w", ts[i].id, err)
-						return
-					}
-					keys[i] = ts[i].id + "/" + agg
-					wmu.Lock()
-					written[keys[i]] = time.Now()
-					wmu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
+		err := fourAtATime(len(ts), func(i int) error {
+			if _, err := w.Exec(inserts[i], bdb.rawOutboxArgs(agg, benchPayload)...); err != nil {
+				return fmt.Errorf("tenant %s: %w", ts[i].id, err)
+			}
+			keys[i] = ts[i].id + "/" + agg
+			wmu.Lock()
+			written[keys[i]] = time.Now()
+			wmu.Unlock()
+			return nil
+		})
 		rounds = append(rounds, keys)
-		return errors.Join(errs...)
+		return err
 	}
 	published := func(keys []string) bool { // under r.mu
 		for _, k := range keys {
