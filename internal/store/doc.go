@@ -45,7 +45,8 @@
 //   - driver.go: the Driver, its Caps, quoting, the database's errors;
 //   - schema.go: the migrations, ObjectExists, what Create and Check make;
 //   - outbox.go, inbox.go: Outbox (the write path), Inbox;
-//   - relay.go: the Relay and the statements its files share;
+//   - relay.go: the Relay, its statements assembled from the files of their
+//     concern, and the pieces of SQL those files share;
 //   - claim.go, batch.go, mark.go: Relay.Claim, the Batch it returns, the
 //     marks;
 //   - recovery.go, stats.go, cleanup.go: Relay.RecoverOutage, Stats,

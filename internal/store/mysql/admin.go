@@ -13,6 +13,13 @@ import (
 	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
+// requeueSet makes a dead event pending again (the admin's requeues).
+// created_at is reset too: the oldest pending age (Stats, the admin's Topics)
+// counts from the requeue, not from the first insert, or a requeued event
+// would make the outbox unhealthy at once. Nothing else reads created_at (the
+// partitioned outbox is partitioned by occurred_at, which is kept).
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
+
 // Admin returns the operations the people on call run on the outbox table t.
 func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 
@@ -194,7 +201,7 @@ func (a *admin) RequeueType(ctx context.Context, db store.DB, typ string) (int64
 		if err != nil {
 			return err
 		}
-		n, err = bySeqs(ctx, tx, a.rel.q.requeueSeqs, seqs)
+		n, err = bySeqs(ctx, tx, a.rel.requeues.requeueSeqs, seqs)
 		return err
 	})
 	return n, err
@@ -217,15 +224,41 @@ func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Durat
 	return n, err
 }
 
+// requeueQueries are the relay's requeues (the admin's): the seq of a dead
+// event by id and its requeue, the seqs of every dead event and the requeue
+// of dead events by seq (bySeqs).
+type requeueQueries struct {
+	seqOf, requeue, deadSeqs, requeueSeqs string
+}
+
+// newRequeueQueries builds the requeues with rep (newRelay's).
+func newRequeueQueries(rep *strings.Replacer) requeueQueries {
+	var q requeueQueries
+	// By the primary key, found first by a read that locks nothing: by the id
+	// key the UPDATE locks the id's entry, then waits for the row a relay's
+	// claim locked, whose mark then waits for that entry (a deadlock). Only a
+	// dead row is found: an UPDATE by the primary key waits for a pending row
+	// a relay holds claimed even where it would not change it.
+	q.seqOf = rep.Replace(`SELECT seq FROM {t} WHERE id = ? AND dead_at IS NOT NULL`)
+	q.requeue = rep.Replace(`UPDATE {t} SET {set}
+WHERE seq = ? AND dead_at IS NOT NULL`)
+	// Every dead row, found so too: an UPDATE over the dead rows of the
+	// queue index (0006_queue_index) reads, to know it is done, the first
+	// entry after them, a pending event that a relay's batch may hold locked.
+	q.deadSeqs = rep.Replace(`SELECT seq FROM {t} WHERE dead_at IS NOT NULL ORDER BY seq`)
+	q.requeueSeqs = rep.Replace(`UPDATE ` + bySeq + ` SET {set} WHERE o.dead_at IS NOT NULL`)
+	return q
+}
+
 // requeue requeues the dead event id in x's transaction.
 func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
 	var seq int64
-	if err := sqlkit.QueryRow(ctx, x, r.q.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
+	if err := sqlkit.QueryRow(ctx, x, r.requeues.seqOf, []any{id}, &seq); errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	} else if err != nil {
 		return false, err
 	}
-	n, err := sqlkit.Affected(ctx, x, r.q.requeue, seq)
+	n, err := sqlkit.Affected(ctx, x, r.requeues.requeue, seq)
 	return n > 0, err
 }
 
@@ -236,11 +269,11 @@ func (r *relay) requeueAll(ctx context.Context, db store.DB) (int64, error) {
 	var n int64
 	err := sqlkit.InTx(ctx, db, readCommitted, func(tx store.Execer) error {
 		var err error
-		seqs, err := sqlkit.Column[int64](ctx, tx, r.q.deadSeqs)
+		seqs, err := sqlkit.Column[int64](ctx, tx, r.requeues.deadSeqs)
 		if err != nil {
 			return err
 		}
-		n, err = bySeqs(ctx, tx, r.q.requeueSeqs, seqs)
+		n, err = bySeqs(ctx, tx, r.requeues.requeueSeqs, seqs)
 		return err
 	})
 	return n, err

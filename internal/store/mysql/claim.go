@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
@@ -37,6 +38,81 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 	return batch{sqlkit.NewMarks(r, p, db, readCommitted, tx, rows)}, nil
 }
 
+// claimQueries are the claims' statements: the unordered claim, the ordered
+// claim and the confirmation of its scheduled rows in each server's SQL.
+type claimQueries struct {
+	locked, ordered              string
+	confirmMySQL, confirmMariaDB string
+}
+
+// newClaimQueries builds the claims of the outbox t with rep (newRelay's).
+func newClaimQueries(t ident.Table, rep *strings.Replacer) claimQueries {
+	var q claimQueries
+	// The queue index (dead_at DESC, processed_at DESC, available_at, seq;
+	// 0006_queue_index: on tables made before it, 0001's pending index, the
+	// same without DESC) serves the scan in order; locked rows are skipped,
+	// so instances share the work. A claim that takes every due event keeps
+	// the lock on the index entry after them until the batch ends: in the
+	// queue index an event not yet due (or none), in the pending index a
+	// processed or dead row, whose cleanup, purge or requeue then waits.
+	q.locked = rep.Replace(`SELECT {cols} FROM {t} o
+WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND o.available_at <= {now}
+ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
+	// It also reads whether each row is a scheduled event, which the claim
+	// confirms (confirm) before it returns it.
+	// The events due at once (due_at NULL) are read in seq order through
+	// the ordered index, where the scheduled ones sort after them; the
+	// scheduled ones due through the scheduled index (few: they are
+	// published as they come due); the lowest of both in seq order are
+	// claimed. An event is held back while an earlier event of its
+	// aggregate is pending and not due (a retry, an event scheduled in
+	// line), asked per candidate through the aggregate index: a set of the
+	// blocked aggregates built first read every event scheduled for later
+	// at each claim.
+	ordered := `(SELECT {cols}, o.due_at IS NOT NULL AS scheduled FROM {t} o FORCE INDEX ({schedIdx})
+  WHERE o.dead_at IS NULL AND o.processed_at IS NULL AND {due} AND o.available_at <= {now}
+    AND {part} IN ({owned})
+    AND NOT EXISTS (SELECT 1 FROM {t} b
+      WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.dead_at IS NULL
+        AND b.processed_at IS NULL AND b.seq < o.seq AND b.available_at > {now} AND b.aggregate_id <> '')
+  ORDER BY o.seq LIMIT ?)`
+	// Both branches through the scheduled index (dead_at, processed_at,
+	// due_at; InnoDB appends the key, seq): MariaDB otherwise reads the
+	// first in seq order by the primary key, and steps over every event
+	// scheduled for later at each claim (205,000 rows a claim under 200,000
+	// scheduled).
+	ordered = strings.Replace(ordered, "{schedIdx}", Quote(ident.Table{Name: t.Derived("_scheduled_idx").Name}), 1)
+	q.ordered = rep.Replace(strings.Replace(ordered, "{due}", "o.due_at IS NULL", 1) + `
+UNION ALL
+` + strings.Replace(ordered, "{due}", "o.due_at IS NOT NULL AND o.due_at <= {now}", 1) + `
+ORDER BY seq LIMIT ?`)
+	confirm := rep.Replace(confirmSQL)
+	q.confirmMySQL = strings.Replace(confirm, "{share}", shareSkipMySQL, 1)
+	q.confirmMariaDB = strings.Replace(confirm, "{share}", shareSkipMariaDB, 1)
+	return q
+}
+
+// confirmSQL confirms an ordered batch's scheduled rows (their seqs, a JSON
+// array): it returns the ids of those still pending and due and not locked
+// by a writer, a Reschedule whose transaction deleted or moved one before it
+// came due and has not ended (the claim's read, without locks, could not see
+// it). {share} is the server's shared locking read that skips locked rows.
+// By the primary key, as bySeq says; in a statement of its own (autocommit),
+// so its locks end with it.
+const confirmSQL = `SELECT o.id FROM ` + bySeq + `
+WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now} {share}`
+
+// Shared locking reads that skip locked rows: MySQL 8's FOR SHARE SKIP
+// LOCKED (of the outbox's rows alone, not the JSON_TABLE's), which MariaDB
+// does not parse (it has no FOR SHARE), and MariaDB's LOCK IN SHARE MODE
+// SKIP LOCKED (10.6+), which MySQL does not accept (its LOCK IN SHARE MODE
+// takes no SKIP LOCKED).
+const (
+	shareSkipMySQL   = `FOR SHARE OF o SKIP LOCKED`
+	shareSkipMariaDB = `LOCK IN SHARE MODE SKIP LOCKED`
+)
+
+// scanClaimed reads a claimed row, then extra.
 func scanClaimed(rows *sql.Rows, extra ...any) (store.Row, error) {
 	var (
 		c                 store.Row
@@ -54,6 +130,7 @@ func scanClaimed(rows *sql.Rows, extra ...any) (store.Row, error) {
 	return c, err
 }
 
+// claim runs the claim q and returns its rows.
 func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any) ([]store.Row, error) {
 	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) { return scanClaimed(rows) })
 }
@@ -61,7 +138,7 @@ func (r *relay) claim(ctx context.Context, x store.Execer, q string, args ...any
 // claimLocked claims up to limit due events in tx, locking them and skipping
 // rows others locked; the locks hold until tx ends.
 func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int) ([]store.Row, error) {
-	return r.claim(ctx, tx, r.q.claimLocked, limit)
+	return r.claim(ctx, tx, r.claims.locked, limit)
 }
 
 // claimOrdered returns up to limit due events of the owned partitions, in
@@ -74,9 +151,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	if len(owned) == 0 {
 		return nil, nil
 	}
-	q := strings.ReplaceAll(r.q.claimOrdered, "{owned}", sqlkit.Placeholders(len(owned)))
-	branch := append(append([]any{partitions}, sqlkit.Anys(owned)...), limit)
-	args := append(append(append([]any{}, branch...), branch...), limit)
+	q, args := sqlkit.OrderedClaim(r.claims.ordered, limit, partitions, owned)
 	rows, err := sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var sched bool
 		c, err := scanClaimed(rows, &sched)
@@ -120,5 +195,8 @@ func (r *relay) confirm(ctx context.Context, x store.Execer) (string, error) {
 		}
 		r.server.Store(server)
 	}
-	return r.q.confirm[r.server.Load()-1], nil
+	if r.server.Load() == serverMariaDB {
+		return r.claims.confirmMariaDB, nil
+	}
+	return r.claims.confirmMySQL, nil
 }

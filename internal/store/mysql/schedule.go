@@ -303,7 +303,7 @@ func (o *outbox) rescheduleError(err error) error {
 // (dead_at, processed_at, due_at), one probe.
 func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
 	var us sql.NullInt64
-	if err := sqlkit.QueryRow(ctx, x, r.q.nextDue, nil, &us); err != nil || !us.Valid {
+	if err := sqlkit.QueryRow(ctx, x, r.nextDue, nil, &us); err != nil || !us.Valid {
 		return 0, false, err
 	}
 	return time.Duration(us.Int64) * time.Microsecond, true, nil
@@ -328,29 +328,9 @@ FROM {t} WHERE dead_at IS NULL AND processed_at IS NULL AND due_at IS NOT NULL`
 // scheduledStats adds the scheduled events' figures to s.
 func (r *relay) scheduledStats(ctx context.Context, x store.Execer, s *store.Stats) error {
 	var next, overdue int64
-	if err := sqlkit.QueryRow(ctx, x, r.q.scheduled, nil, &s.Scheduled, &next, &overdue); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.scheduled, nil, &s.Scheduled, &next, &overdue); err != nil {
 		return fmt.Errorf("scheduled figures: %w", err)
 	}
 	s.NextScheduled, s.Overdue = time.Duration(next)*time.Microsecond, time.Duration(overdue)*time.Microsecond
 	return nil
 }
-
-// confirmSQL confirms an ordered batch's scheduled rows (their seqs, a JSON
-// array): it returns the ids of those still pending and due and not locked
-// by a writer, a Reschedule whose transaction deleted or moved one before it
-// came due and has not ended (the claim's read, without locks, could not see
-// it). {share} is the server's shared locking read that skips locked rows.
-// By the primary key, as bySeq says; in a statement of its own (autocommit),
-// so its locks end with it.
-const confirmSQL = `SELECT o.id FROM ` + bySeq + `
-WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= {now} {share}`
-
-// Shared locking reads that skip locked rows: MySQL 8's FOR SHARE SKIP
-// LOCKED (of the outbox's rows alone, not the JSON_TABLE's), which MariaDB
-// does not parse (it has no FOR SHARE), and MariaDB's LOCK IN SHARE MODE
-// SKIP LOCKED (10.6+), which MySQL does not accept (its LOCK IN SHARE MODE
-// takes no SKIP LOCKED).
-const (
-	shareSkipMySQL   = `FOR SHARE OF o SKIP LOCKED`
-	shareSkipMariaDB = `LOCK IN SHARE MODE SKIP LOCKED`
-)

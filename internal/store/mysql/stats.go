@@ -10,12 +10,19 @@ import (
 	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
+// statsSQL is Stats' statement of the pending, failing and dead events and
+// the oldest pending age (the scheduled events' figures are
+// scheduledStatsSQL's).
+const statsSQL = `SELECT COUNT(*), COALESCE(SUM(attempts > 0), 0), TIMESTAMPDIFF(MICROSECOND, MIN({since}), {now}),
+  (SELECT COUNT(*) FROM {t} WHERE dead_at IS NOT NULL)
+FROM {t} WHERE {pending}`
+
 func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) {
 	var (
 		s   store.Stats
 		age sql.NullInt64
 	)
-	if err := sqlkit.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &age, &s.Dead); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.stats, nil, &s.Pending, &s.Failing, &age, &s.Dead); err != nil {
 		return s, err
 	}
 	if age.Valid {
@@ -30,7 +37,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 // OldestUnheld is the oldest pending age an ordered relay reports
 // (sqlkit.OldestUnheld, unheldSQL).
 func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration, error) {
-	return sqlkit.OldestUnheld(ctx, x, r.q.unheld, int64(math.MaxInt64))
+	return sqlkit.OldestUnheld(ctx, x, r.unheld, int64(math.MaxInt64))
 }
 
 // unheldSQL is sqlkit.OldestUnheld's statement: of the $1 due pending

@@ -13,6 +13,13 @@ import (
 	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
+// requeueSet makes a dead event pending again (the admin's requeues).
+// created_at is reset too: the oldest pending age (Stats, the admin's Topics)
+// counts from the requeue, not from the first insert, or a requeued event
+// would make the outbox unhealthy at once. Nothing else reads created_at (the
+// partitioned outbox is partitioned by occurred_at, which is kept).
+const requeueSet = `dead_at = NULL, attempts = 0, strikes = 0, last_failed_at = NULL, available_at = ` + Now + `, created_at = ` + Now
+
 // Admin returns the operations the people on call run on the outbox table t.
 func (Driver) Admin(t ident.Table) store.Admin { return newAdmin(t) }
 
@@ -185,15 +192,31 @@ func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Durat
 	return sqlkit.Affected(ctx, db, a.q.purge, olderThan.Microseconds(), limit)
 }
 
+// requeueQueries are the relay's requeues (the admin's): of one dead event,
+// of every dead event.
+type requeueQueries struct {
+	one, all string
+}
+
+// newRequeueQueries builds the requeues with rep (newRelay's).
+func newRequeueQueries(rep *strings.Replacer) requeueQueries {
+	return requeueQueries{
+		one: rep.Replace(`UPDATE {t} SET {set}
+WHERE id = ? AND dead_at IS NOT NULL`),
+		all: rep.Replace(`UPDATE {t} SET {set}
+WHERE dead_at IS NOT NULL`),
+	}
+}
+
 // requeue requeues the dead event id in x's transaction.
 func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
-	n, err := sqlkit.Affected(ctx, x, r.q.requeue, id)
+	n, err := sqlkit.Affected(ctx, x, r.requeues.one, id)
 	return n > 0, err
 }
 
 // requeueAll makes every dead event pending again.
 func (r *relay) requeueAll(ctx context.Context, db store.DB) (int64, error) {
-	return sqlkit.Affected(ctx, db, r.q.requeueAll)
+	return sqlkit.Affected(ctx, db, r.requeues.all)
 }
 
 // scanDead reads a dead event: the claimed columns, last_error, dead_at.

@@ -163,9 +163,14 @@ func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.Resched
 // yet is due, through the scheduled index.
 func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
 	var us sql.NullInt64
-	err := sqlkit.QueryRow(ctx, x, r.q.nextDue, nil, &us)
+	err := sqlkit.QueryRow(ctx, x, r.nextDue, nil, &us)
 	if err != nil || !us.Valid {
 		return 0, false, err
 	}
-	return time.Duration(us.Int64) * time.Microsecond, true, nil
+	return micros(us), true, nil
 }
+
+// nextDueSQL is NextDue's statement: the earliest pending scheduled event not
+// due yet, through the scheduled index (due_at, of the pending scheduled
+// events).
+const nextDueSQL = `SELECT min(due_at) - {now} FROM {t} WHERE due_at IS NOT NULL AND {pending} AND due_at > {now}`

@@ -17,7 +17,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 		s                  store.Stats
 		age, next, overdue sql.NullInt64
 	)
-	rows, err := x.QueryContext(ctx, r.q.stats)
+	rows, err := x.QueryContext(ctx, r.stats)
 	if err != nil {
 		return s, err
 	}
@@ -31,6 +31,16 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 	return s, rows.Err()
 }
 
+// statsSQL is Stats' statement. The scheduled events' figures go through the
+// scheduled index (due_at, of the pending scheduled rows): their count, the
+// earliest not due yet, the earliest due.
+const statsSQL = `SELECT count(*), coalesce(sum(attempts > 0), 0), {now} - min({since}),
+  (SELECT count(*) FROM {t} WHERE dead_at IS NOT NULL),
+  (SELECT count(*) FROM {t} WHERE due_at IS NOT NULL AND {pending}),
+  (SELECT min(due_at) - {now} FROM {t} WHERE due_at > {now} AND {pending}),
+  (SELECT {now} - min(due_at) FROM {t} WHERE due_at IS NOT NULL AND due_at <= {now} AND {pending})
+FROM {t} WHERE {pending}`
+
 // micros is the microseconds us as a duration, 0 for NULL.
 func micros(us sql.NullInt64) time.Duration {
 	return time.Duration(us.Int64) * time.Microsecond
@@ -39,7 +49,7 @@ func micros(us sql.NullInt64) time.Duration {
 // OldestUnheld is the oldest pending age an ordered relay reports
 // (sqlkit.OldestUnheld, unheldSQL).
 func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration, error) {
-	return sqlkit.OldestUnheld(ctx, x, r.q.unheld, -1)
+	return sqlkit.OldestUnheld(ctx, x, r.unheld, -1)
 }
 
 // unheldSQL is sqlkit.OldestUnheld's statement: of the first due pending

@@ -6,12 +6,14 @@
 // admin see).
 //
 // It holds the calls every driver makes alike: running a query and reading
-// its rows (QueryRow, Collect, Column, Affected, Found, FoundIDs, FoundIn), a
-// transaction and a savepoint (InTx, Savepoint); the marks of a claimed batch
-// (Marks, which a driver's store.Batch embeds, over the driver's Marker) and
-// the keys and fences they are written with (Key, ExecSeqs, ExecSeqLeases,
-// CheckFence, FenceJSON, FenceParts); the admin's requeue of ids and topic
-// figures (RequeueEach, ScanTopics); the heartbeats' calls over a database's
-// statements (HeartbeatSQL); the aggregate locks' buckets (Buckets); and what
-// a database without a capability returns (NoWaker, Unpositioned).
+// its rows (QueryRow, Collect, Column, Affected, Found, FoundIDs, FoundIn),
+// a transaction and a savepoint (InTx, Savepoint); the arguments of the
+// statements of MySQL and SQLite, with their ? placeholders (Placeholders,
+// Anys, OrderedClaim); the marks of a claimed batch (Marks, which a driver's
+// store.Batch embeds, over the driver's Marker) and the keys and fences they
+// are written with (Key, ExecSeqs, ExecSeqLeases, CheckFence, FenceJSON,
+// FenceParts); the admin's requeue of ids and topic figures (RequeueEach,
+// ScanTopics); the heartbeats' calls over a database's statements
+// (HeartbeatSQL); the aggregate locks' buckets (Buckets); and what a
+// database without a capability returns (NoWaker, Unpositioned).
 package sqlkit

@@ -173,7 +173,7 @@ func FoundIn(ctx context.Context, x store.Execer, head string, ids []uuid.UUID) 
 		for i, id := range chunk {
 			args[i] = id.String()
 		}
-		found, err := FoundIDs(ctx, x, head+"("+strings.TrimSuffix(strings.Repeat("?, ", len(chunk)), ", ")+")", args...)
+		found, err := FoundIDs(ctx, x, head+"("+Placeholders(len(chunk))+")", args...)
 		if err != nil {
 			return nil, err
 		}
@@ -205,17 +205,4 @@ func InTx(ctx context.Context, db store.DB, opts *sql.TxOptions, f func(tx store
 		return err
 	}
 	return tx.Commit()
-}
-
-// Placeholders returns "?, ?, ..." for n values: the parameter list of a
-// statement of MySQL or SQLite.
-func Placeholders(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
-
-// Anys returns xs as statement arguments.
-func Anys[T any](xs []T) []any {
-	out := make([]any, len(xs))
-	for i, x := range xs {
-		out[i] = x
-	}
-	return out
 }
