@@ -382,8 +382,8 @@ func TestLaterMigrationIsPickedUp(t *testing.T) {
 		drv, err := drivers.ByName(d.Name)
 		testkit.Must(t, err)
 		later, col, tbl := withLater(t, d, drv.Migrations())
-		now := storemigrate.Schema{FS: drv.Migrations(), Quote: drv.Quote, Exists: drv.ObjectExists}
-		next := storemigrate.Schema{FS: later, Quote: drv.Quote, Exists: drv.ObjectExists}
+		now := storemigrate.Schema{FS: drv.Migrations(), Quote: drv.Quote, Exists: drv.ObjectExists, ExistsAll: drv.ObjectsExist}
+		next := storemigrate.Schema{FS: later, Quote: drv.Quote, Exists: drv.ObjectExists, ExistsAll: drv.ObjectsExist}
 		outbox := ident.MustTable("outbox_messages")
 		open := func() *sql.DB {
 			sqlDB, err := d.OpenNew(t, nil).DB()
@@ -422,6 +422,54 @@ func TestLaterMigrationIsPickedUp(t *testing.T) {
 			testkit.Must(t, next.CheckOutbox(ctx, db, outbox))
 			testkit.Must(t, next.CheckRelay(ctx, db, outbox, store.RelayCheckParams{Ordered: true, Retention: true}))
 		}
+	})
+}
+
+// The catalog read in one statement (ObjectsExist, what a creation or check
+// looks up through) answers as the lookups one by one (ObjectExists) for every
+// object of every migration: with nothing made, the outbox alone, all of it,
+// and all of it with a later migration's objects still missing.
+func TestObjectsExistAgrees(t *testing.T) {
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		ctx := context.Background()
+		drv, err := drivers.ByName(d.Name)
+		testkit.Must(t, err)
+		later, _, _ := withLater(t, d, drv.Migrations())
+		outbox := ident.MustTable("outbox_messages")
+		objs, err := storemigrate.SchemaObjects(later, "outbox_messages", outbox, drv.Quote)
+		testkit.Must(t, err)
+		objs = slices.DeleteFunc(objs, func(o store.Object) bool { return o.Kind == store.KindStep })
+		sqlDB, err := d.OpenNew(t, nil).DB()
+		testkit.Must(t, err)
+		s := storemigrate.Schema{FS: drv.Migrations(), Quote: drv.Quote, Exists: drv.ObjectExists}
+		agree := func(stage string, wantSome, wantAll bool) {
+			t.Helper()
+			all, err := drv.ObjectsExist(ctx, sqlDB, objs)
+			testkit.Must(t, err)
+			some, every := false, true
+			for i, o := range objs {
+				one, err := drv.ObjectExists(ctx, sqlDB, o)
+				testkit.Must(t, err)
+				if all[i] != one {
+					t.Fatalf("%s: %v %s %s %s: ObjectsExist %v, ObjectExists %v", stage, o.Kind, o.Name, o.On, o.Column, all[i], one)
+				}
+				some = some || one
+				every = every && one
+			}
+			if some != wantSome || every != wantAll {
+				t.Fatalf("%s: some %v, all %v of %d objects exist", stage, some, every, len(objs))
+			}
+		}
+		agree("nothing made", false, false)
+		testkit.Must(t, s.CreateOutbox(ctx, sqlDB, outbox))
+		agree("the outbox", true, false)
+		testkit.Must(t, s.CreateRelay(ctx, sqlDB, outbox, store.RelayCreateParams{Ordered: true, Retention: true}))
+		testkit.Must(t, s.CreateInbox(ctx, sqlDB, ident.MustTable("inbox_messages")))
+		agree("today's schema", true, false) // the later migration's objects are missing
+		if _, err := storemigrate.MigrateFS(ctx, sqlDB, drv, later); err != nil {
+			t.Fatalf("Migrate: %v", err)
+		}
+		agree("migrated", true, true)
 	})
 }
 

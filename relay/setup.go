@@ -78,10 +78,9 @@ func (r *Relay) setup(ctx context.Context, skip func(string, error) bool) error 
 			return fmt.Errorf("create partitioned outbox: %w", err)
 		}
 	}
-	if err := r.st.Create(ctx, r.db, store.RelayCreateParams{Ordered: r.cfg.Ordered, Retention: r.cfg.Retention > 0, Skip: skip}); err != nil {
-		return err
-	}
-	if err := r.st.Check(ctx, r.db, store.RelayCheckParams{Ordered: r.cfg.Ordered, Retention: r.cfg.Retention > 0}); err != nil {
+	// Created and checked through one read of the catalog, where nothing
+	// was missing: a fleet makes this start once per tenant.
+	if err := r.st.Create(ctx, r.db, store.RelayCreateParams{Ordered: r.cfg.Ordered, Retention: r.cfg.Retention > 0, Skip: skip, Check: true}); err != nil {
 		return err
 	}
 	if !r.cfg.DropPartitions {

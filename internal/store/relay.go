@@ -82,6 +82,10 @@ type RelayCreateParams struct {
 	// relay goes on without it (name is the index's, err the failure); with
 	// nil, Create returns the failure.
 	Skip func(name string, err error) bool
+	// Check: Create then checks what Relay.Check checks in the same mode,
+	// answered from the catalog read the creation made when it created
+	// nothing (one read for both).
+	Check bool
 }
 
 // RelayCheckParams say what Relay.Check checks: the relay's additions a

@@ -125,6 +125,9 @@ type Driver interface {
 	// exists (its table, index or column), or for a step whether its check
 	// returns a row.
 	ObjectExists(ctx context.Context, x Execer, o Object) (bool, error)
+	// ObjectsExist reports what ObjectExists reports for each of objs (tables,
+	// indexes and columns; no step), in one statement.
+	ObjectsExist(ctx context.Context, x Execer, objs []Object) ([]bool, error)
 	// LockingTx returns the options of the transactions Herald begins to lock
 	// outbox rows beyond a statement (the relay's claim, held across its
 	// publish, and its marks), for a pool whose sessions keep the server's

@@ -558,7 +558,8 @@ func testRelayCleanup(t tb.TB, e *env) {
 
 // The relay's Create is idempotent and Check finds its additions.
 func testRelayCreateCheck(t tb.TB, e *env) {
-	must(t, e.rel.Create(e.ctx, e.db, store.RelayCreateParams{Ordered: true, Retention: true}))
+	must(t, e.rel.Create(e.ctx, e.db, store.RelayCreateParams{Ordered: true, Retention: true, Check: true}))
+	must(t, e.rel.Create(e.ctx, e.db, store.RelayCreateParams{Ordered: true, Retention: true, Check: true}))
 	for _, ordered := range []bool{false, true} {
 		must(t, e.rel.Check(e.ctx, e.db, store.RelayCheckParams{Ordered: ordered, Retention: true}))
 	}
@@ -574,4 +575,11 @@ func testRelayCheckOutdated(t tb.TB, e *env) {
 		t.Fatalf("Check without the leases' generation = %v, want ErrSchemaOutdated naming 0005_lease_generation", err)
 	}
 	must(t, e.rel.Check(e.ctx, e.db, store.RelayCheckParams{Ordered: false, Retention: false}))
+	// Create with Check answers as Check from the catalog read it made: it
+	// adds no column to a table that was there.
+	err = e.rel.Create(e.ctx, e.db, store.RelayCreateParams{Ordered: true, Check: true})
+	if !errors.Is(err, store.ErrSchemaOutdated) || !strings.Contains(err.Error(), "0005_lease_generation") {
+		t.Fatalf("Create with Check without the leases' generation = %v, want ErrSchemaOutdated naming 0005_lease_generation", err)
+	}
+	must(t, e.rel.Create(e.ctx, e.db, store.RelayCreateParams{Check: true}))
 }

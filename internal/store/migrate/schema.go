@@ -214,6 +214,12 @@ type Schema struct {
 	FS     fs.FS
 	Quote  func(ident.Table) string
 	Exists Catalog
+	// ExistsAll, when set, answers what Exists answers for each of objs (no
+	// step among them) in one statement: a creation or check then reads the
+	// catalog once, not once per object (a relay's start, run again for each
+	// tenant of a fleet, made 11 lookups on PostgreSQL). Defaults to nil: Exists
+	// per object.
+	ExistsAll func(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error)
 	// Atomic says the database runs DDL in a transaction (PostgreSQL and
 	// SQLite; not MySQL, whose DDL commits at once): each creation then runs
 	// in one, a savepoint around each statement, so that a connection cut or
@@ -257,17 +263,43 @@ func locked(ctx context.Context, lock Locker, x store.Execer, t ident.Table, f f
 }
 
 // create runs CreateMissing on x, holding s.Lock: when s is Atomic and x a
-// DB, in one transaction.
-func (s Schema) create(ctx context.Context, x store.Execer, t ident.Table, objs []store.Object, skip func(string, error) bool) error {
-	return locked(ctx, s.Lock, x, t, func(x store.Execer) error {
+// DB, in one transaction. With check, it then checks those objects as check
+// does: through the catalog read the creation made, when it made nothing.
+func (s Schema) create(ctx context.Context, x store.Execer, t ident.Table, objs, check []store.Object, skip func(string, error) bool) error {
+	checked := false
+	err := locked(ctx, s.Lock, x, t, func(x store.Execer) error {
+		run := func(x store.Execer) error {
+			cx, exists := s.catalog(ctx, x, append(slices.Clip(objs), check...))
+			if err := CreateMissing(ctx, cx, objs, exists, skip); err != nil {
+				return err
+			}
+			if w, ok := cx.(*writes); ok && !w.wrote && check != nil {
+				checked = true
+				return checkSchema(ctx, x, check, exists)
+			}
+			return nil
+		}
 		db, ok := x.(store.DB)
 		if !s.Atomic || !ok {
-			return CreateMissing(ctx, x, objs, s.Exists, skip)
+			return run(x)
 		}
-		return sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
-			return CreateMissing(ctx, savepoints{tx}, objs, s.Exists, skip)
-		})
+		// First outside a transaction, writing nothing: where nothing is
+		// missing (every start but the first) the creation and its check
+		// are one catalog read, with no BEGIN and COMMIT around it.
+		if err := run(readOnly{x}); !errors.Is(err, errWouldWrite) {
+			return err
+		}
+		checked = false
+		return sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error { return run(savepoints{tx}) })
 	})
+	switch {
+	case check == nil || (err != nil && !errors.Is(err, store.ErrSchemaOutdated)):
+		return err
+	case checked && err == nil:
+		return nil
+	}
+	// Made something, or outdated at the first look: look again (check).
+	return s.check(ctx, x, t, check)
 }
 
 // check runs CheckSchema on x, each look holding s.Lock (released between
@@ -275,9 +307,87 @@ func (s Schema) create(ctx context.Context, x store.Execer, t ident.Table, objs 
 func (s Schema) check(ctx context.Context, x store.Execer, t ident.Table, objs []store.Object) error {
 	return recheck(ctx, func() error {
 		return locked(ctx, s.Lock, x, t, func(x store.Execer) error {
-			return checkSchema(ctx, x, objs, s.Exists)
+			x, exists := s.catalog(ctx, x, objs)
+			return checkSchema(ctx, x, objs, exists)
 		})
 	})
+}
+
+// catalog returns the Catalog a creation or check of objs looks up through,
+// and the Execer it runs on. With ExistsAll, the tables, indexes and columns
+// of objs (and the indexes they replace) are read in one statement first, and
+// answered from that read until a statement runs on the returned Execer (a
+// creation changes the answers): then, as without ExistsAll, or when that read
+// fails (the lookups per object say which object's), through Exists per
+// object.
+func (s Schema) catalog(ctx context.Context, x store.Execer, objs []store.Object) (store.Execer, Catalog) {
+	if s.ExistsAll == nil {
+		return x, s.Exists
+	}
+	var look []store.Object
+	for _, o := range objs {
+		if o.Kind == store.KindStep {
+			continue
+		}
+		look = append(look, o)
+		for _, d := range o.Drops {
+			look = append(look, store.Object{Kind: store.KindIndex, Name: d, On: o.On})
+		}
+	}
+	if len(look) == 0 {
+		return x, s.Exists
+	}
+	found, err := s.ExistsAll(ctx, x, look)
+	if err != nil || len(found) != len(look) {
+		return x, s.Exists
+	}
+	read := make(map[lookup]bool, len(look))
+	for i, o := range look {
+		read[lookupOf(o)] = found[i]
+	}
+	w := &writes{Execer: x}
+	return w, func(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+		if ok, was := read[lookupOf(o)]; was && !w.wrote {
+			return ok, nil
+		}
+		return s.Exists(ctx, x, o)
+	}
+}
+
+// lookup is what an object's lookup in the catalog depends on.
+type lookup struct {
+	kind     store.Kind
+	name, on ident.Table
+	column   string
+}
+
+func lookupOf(o store.Object) lookup {
+	return lookup{kind: o.Kind, name: o.Name, on: o.On, column: o.Column}
+}
+
+// writes notes that a statement ran on its Execer.
+type writes struct {
+	store.Execer
+	wrote bool
+}
+
+func (w *writes) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	w.wrote = true
+	return w.Execer.ExecContext(ctx, q, args...)
+}
+
+// errWouldWrite is readOnly's refusal.
+var errWouldWrite = errors.New("a creation to make")
+
+// readOnly runs the queries of x and refuses its statements (errWouldWrite).
+type readOnly struct{ x store.Execer }
+
+func (r readOnly) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	return nil, errWouldWrite
+}
+
+func (r readOnly) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	return r.x.QueryContext(ctx, q, args...)
 }
 
 // savepoints runs each statement of x behind a savepoint, rolled back to when
@@ -310,7 +420,7 @@ func (s Schema) CreateOutbox(ctx context.Context, x store.Execer, t ident.Table)
 	if err != nil {
 		return err
 	}
-	return s.create(ctx, x, t, objs, nil)
+	return s.create(ctx, x, t, objs, nil, nil)
 }
 
 // CheckOutbox checks what the write path needs on the outbox t (CheckSchema).
@@ -336,8 +446,20 @@ func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, 
 	if err != nil {
 		return err
 	}
-	cols := slices.DeleteFunc(out, func(o store.Object) bool { return o.Kind != store.KindColumn })
-	return s.create(ctx, x, t, append(cols, objs...), p.Skip)
+	cols := slices.DeleteFunc(slices.Clone(out), func(o store.Object) bool { return o.Kind != store.KindColumn })
+	var check []store.Object
+	if p.Check {
+		check = relayChecked(t, out, objs)
+	}
+	return s.create(ctx, x, t, append(cols, objs...), check, p.Skip)
+}
+
+// relayChecked is what CheckRelay checks: of the outbox t's objects out, those
+// on t itself (not the writers' tables derived from it, on which a relay role
+// may have no privilege), then the relay's additions rel.
+func relayChecked(t ident.Table, out, rel []store.Object) []store.Object {
+	objs := slices.DeleteFunc(slices.Clone(out), func(o store.Object) bool { return o.Name != t })
+	return append(objs, rel...)
 }
 
 // CheckRelay checks what the relay uses: the outbox t itself (not the
@@ -352,8 +474,7 @@ func (s Schema) CheckRelay(ctx context.Context, x store.Execer, t ident.Table, p
 	if err != nil {
 		return err
 	}
-	objs := slices.DeleteFunc(out, func(o store.Object) bool { return o.Name != t })
-	return s.check(ctx, x, t, append(objs, rel...))
+	return s.check(ctx, x, t, relayChecked(t, out, rel))
 }
 
 // CreateAdmin creates the admin's objects on the outbox t (AdminObjects: the
@@ -363,7 +484,7 @@ func (s Schema) CreateAdmin(ctx context.Context, x store.Execer, t ident.Table) 
 	if err != nil {
 		return err
 	}
-	return s.create(ctx, x, t, objs, nil)
+	return s.create(ctx, x, t, objs, nil, nil)
 }
 
 // AdminExists reports whether the admin's objects on the outbox t (the audit
@@ -391,7 +512,7 @@ func (s Schema) CreateInbox(ctx context.Context, x store.Execer, t ident.Table) 
 	if err != nil {
 		return err
 	}
-	return s.create(ctx, x, t, objs, nil)
+	return s.create(ctx, x, t, objs, nil, nil)
 }
 
 // CheckInbox checks the inbox t.
@@ -401,4 +522,18 @@ func (s Schema) CheckInbox(ctx context.Context, x store.Execer, t ident.Table) e
 		return err
 	}
 	return s.check(ctx, x, t, objs)
+}
+
+// Bools runs q, which returns one row of n booleans (the drivers' ExistsAll),
+// and returns them.
+func Bools(ctx context.Context, x store.Execer, q string, args []any, n int) ([]bool, error) {
+	out := make([]bool, n)
+	dest := make([]any, n)
+	for i := range out {
+		dest[i] = &out[i]
+	}
+	if err := sqlkit.QueryRow(ctx, x, q, args, dest...); err != nil {
+		return nil, err
+	}
+	return out, nil
 }

@@ -7,6 +7,7 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -43,17 +44,11 @@ func (Driver) RecordMigrationSQL() string {
 
 // exists reports whether the table, or the index, named n exists.
 func exists(ctx context.Context, x store.Execer, n ident.Table, index bool, on ident.Table) (bool, error) {
-	schema := any(nil)
-	if n.Schema != "" {
-		schema = string(n.Schema)
-	}
-	q := `SELECT 1 FROM information_schema.tables WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?`
-	args := []any{schema, string(n.Name)}
+	o := store.Object{Kind: store.KindTable, Name: n}
 	if index {
-		q = `SELECT 1 FROM information_schema.statistics WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?`
-		args = []any{schema, string(on.Name), string(n.Name)}
+		o = store.Object{Kind: store.KindIndex, Name: n, On: on}
 	}
-	return sqlkit.Found(ctx, x, q, args...)
+	return objectExists(ctx, x, o)
 }
 
 // ObjectExists reports whether what the migration statement o makes exists.
@@ -62,20 +57,49 @@ func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) 
 }
 
 func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
-	switch o.Kind {
-	case store.KindColumn:
+	if o.Kind == store.KindStep {
+		return sqlkit.Found(ctx, x, o.Check)
+	}
+	found, err := objectsExist(ctx, x, []store.Object{o})
+	if err != nil {
+		return false, err
+	}
+	return found[0], nil
+}
+
+// ObjectsExist reports whether each of objs (tables, indexes and columns)
+// exists, in one statement.
+func (Driver) ObjectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
+	return objectsExist(ctx, x, objs)
+}
+
+// objectsExist reports whether each of objs (tables, indexes and columns)
+// exists, in one statement: a column of the row for each.
+func objectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
+	cols := make([]string, len(objs))
+	var args []any
+	for i, o := range objs {
 		schema := any(nil)
 		if o.Name.Schema != "" {
 			schema = string(o.Name.Schema)
 		}
-		return sqlkit.Found(ctx, x, `SELECT 1 FROM information_schema.columns
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?`, schema, string(o.Name.Name), o.Column)
-	case store.KindStep:
-		return sqlkit.Found(ctx, x, o.Check)
-	case store.KindIndex:
-		return exists(ctx, x, o.Name, true, o.On)
+		switch o.Kind {
+		case store.KindColumn:
+			cols[i] = `EXISTS (SELECT 1 FROM information_schema.columns
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?)`
+			args = append(args, schema, string(o.Name.Name), o.Column)
+		case store.KindIndex:
+			cols[i] = `EXISTS (SELECT 1 FROM information_schema.statistics
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?)`
+			args = append(args, schema, string(o.On.Name), string(o.Name.Name))
+		case store.KindStep:
+			return nil, fmt.Errorf("look up the step of %s with the others", o.Name)
+		default:
+			cols[i] = `EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?)`
+			args = append(args, schema, string(o.Name.Name))
+		}
 	}
-	return exists(ctx, x, o.Name, false, o.Name)
+	return migrate.Bools(ctx, x, "SELECT "+strings.Join(cols, ", "), args, len(objs))
 }
 
 // schema is what Herald creates and checks from the migrations (MySQL's
@@ -83,7 +107,7 @@ WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name 
 // commits DDL statement by statement, so a creation is visible half-made:
 // creations, checks and migrations take the database's schema lock
 // (lockSchema).
-var schema = migrate.Schema{FS: Migrations(), Quote: Quote, Exists: objectExists, Lock: lockSchema}
+var schema = migrate.Schema{FS: Migrations(), Quote: Quote, Exists: objectExists, ExistsAll: objectsExist, Lock: lockSchema}
 
 var _ migrate.SchemaLocker = Driver{}
 

@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"embed"
+	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/memfs"
@@ -73,22 +75,47 @@ func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) 
 }
 
 func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
-	switch o.Kind {
-	case store.KindColumn:
-		var ok bool
-		err := sqlkit.QueryRow(ctx, x, `SELECT EXISTS (SELECT 1 FROM pg_attribute
-WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`,
-			[]any{o.Name.Quoted(), o.Column}, &ok)
-		return ok, err
-	case store.KindStep:
+	if o.Kind == store.KindStep {
 		return sqlkit.Found(ctx, x, o.Check)
 	}
-	return exists(ctx, x, o.Name.Quoted())
+	found, err := objectsExist(ctx, x, []store.Object{o})
+	if err != nil {
+		return false, err
+	}
+	return found[0], nil
+}
+
+// ObjectsExist reports whether each of objs (tables, indexes and columns)
+// exists, in one statement.
+func (Driver) ObjectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
+	return objectsExist(ctx, x, objs)
+}
+
+// objectsExist reports whether each of objs (tables, indexes and columns)
+// exists, in one statement: a column of the row for each.
+func objectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
+	cols := make([]string, len(objs))
+	var args []any
+	for i, o := range objs {
+		args = append(args, o.Name.Quoted())
+		rel := fmt.Sprintf("to_regclass($%d)", len(args))
+		switch o.Kind {
+		case store.KindColumn:
+			args = append(args, o.Column)
+			cols[i] = fmt.Sprintf(`EXISTS (SELECT 1 FROM pg_attribute
+WHERE attrelid = %s AND attname = $%d AND attnum > 0 AND NOT attisdropped)`, rel, len(args))
+		case store.KindStep:
+			return nil, fmt.Errorf("look up the step of %s with the others", o.Name)
+		default:
+			cols[i] = rel + " IS NOT NULL"
+		}
+	}
+	return migrate.Bools(ctx, x, "SELECT "+strings.Join(cols, ", "), args, len(objs))
 }
 
 // schema is what Herald creates and checks from the migrations; partitioned
 // the same from the partitioned set.
 var (
-	schema            = migrate.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
-	partitionedSchema = migrate.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
+	schema            = migrate.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, ExistsAll: objectsExist, Atomic: true}
+	partitionedSchema = migrate.Schema{FS: PartitionedMigrations(), Quote: ident.Table.Quoted, Exists: objectExists, ExistsAll: objectsExist, Atomic: true}
 )

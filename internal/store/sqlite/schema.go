@@ -3,7 +3,9 @@ package sqlite
 import (
 	"context"
 	"embed"
+	"fmt"
 	"io/fs"
+	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -39,11 +41,7 @@ func (Driver) RecordMigrationSQL() string {
 
 // exists reports whether the table or index named n exists.
 func exists(ctx context.Context, x store.Execer, n ident.Table) (bool, error) {
-	master := "sqlite_schema"
-	if n.Schema != "" {
-		master = n.Schema.Quoted() + ".sqlite_schema"
-	}
-	return sqlkit.Found(ctx, x, `SELECT 1 FROM `+master+` WHERE name = ? AND type IN ('table', 'index')`, string(n.Name))
+	return objectExists(ctx, x, store.Object{Kind: store.KindTable, Name: n})
 }
 
 // ObjectExists reports whether what the migration statement o makes exists.
@@ -52,19 +50,49 @@ func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) 
 }
 
 func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
-	switch o.Kind {
-	case store.KindColumn:
-		schema := "main"
-		if o.Name.Schema != "" {
-			schema = string(o.Name.Schema)
-		}
-		return sqlkit.Found(ctx, x, `SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?`,
-			string(o.Name.Name), schema, o.Column)
-	case store.KindStep:
+	if o.Kind == store.KindStep {
 		return sqlkit.Found(ctx, x, o.Check)
 	}
-	return exists(ctx, x, o.Name)
+	found, err := objectsExist(ctx, x, []store.Object{o})
+	if err != nil {
+		return false, err
+	}
+	return found[0], nil
+}
+
+// ObjectsExist reports whether each of objs (tables, indexes and columns)
+// exists, in one statement.
+func (Driver) ObjectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
+	return objectsExist(ctx, x, objs)
+}
+
+// objectsExist reports whether each of objs (tables, indexes and columns)
+// exists, in one statement: a column of the row for each.
+func objectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
+	cols := make([]string, len(objs))
+	var args []any
+	for i, o := range objs {
+		switch o.Kind {
+		case store.KindColumn:
+			schema := "main"
+			if o.Name.Schema != "" {
+				schema = string(o.Name.Schema)
+			}
+			cols[i] = `EXISTS (SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?)`
+			args = append(args, string(o.Name.Name), schema, o.Column)
+		case store.KindStep:
+			return nil, fmt.Errorf("look up the step of %s with the others", o.Name)
+		default:
+			master := "sqlite_schema"
+			if o.Name.Schema != "" {
+				master = o.Name.Schema.Quoted() + ".sqlite_schema"
+			}
+			cols[i] = `EXISTS (SELECT 1 FROM ` + master + ` WHERE name = ? AND type IN ('table', 'index'))`
+			args = append(args, string(o.Name.Name))
+		}
+	}
+	return migrate.Bools(ctx, x, "SELECT "+strings.Join(cols, ", "), args, len(objs))
 }
 
 // schema is what Herald creates and checks from the migrations.
-var schema = migrate.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, Atomic: true}
+var schema = migrate.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, ExistsAll: objectsExist, Atomic: true}
