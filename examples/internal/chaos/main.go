@@ -94,7 +94,7 @@
 // until every poisoned event is dead, for at most 30s.
 //
 //	go run ./examples/internal/chaos                      # the full run: 90s of faults
-//	go run ./examples/internal/chaos -duration 30s -outages 1 -kill-every 3s   # CI's short run
+//	go run ./examples/internal/chaos -duration 20s -outages 1 -kill-every 3s   # CI's short run
 //	go run ./examples/internal/chaos -poison 5            # and 5 events that must die
 //	go run ./examples/internal/chaos -db sqlite           # on SQLite (or -db mysql)
 //	go run ./examples/internal/chaos -duration 30s -outages 1 -kill-every 3s -poison 3 \

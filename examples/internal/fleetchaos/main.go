@@ -56,7 +56,7 @@
 // child processes, the server and its directory, its own directory, the
 // stream.
 //
-//	go run ./examples/internal/fleetchaos -tenants 200 -duration 30s   # CI's short run
+//	go run ./examples/internal/fleetchaos -tenants 200 -duration 20s   # CI's short run
 //	go run ./examples/internal/fleetchaos -tenants 1000 -duration 2m -sqlite-tenants 10
 package main
 
