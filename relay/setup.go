@@ -43,7 +43,8 @@ func (r *Relay) ensureSchema(ctx context.Context) error {
 
 // Setup creates what the relay needs in the database when it is missing: the
 // outbox table (partitioned by occurred_at with DropPartitions, on
-// PostgreSQL), and the relay's tables and indexes (see Run); with
+// PostgreSQL), and the relay's tables (its instance table in either mode) and
+// indexes (see Run); with
 // DropPartitions also the partitions of the coming ranges. It then checks that
 // the tables have what every migration makes (the writers' too), and fails
 // with ErrSchemaOutdated, naming the migration to run, when they do not. Run
@@ -63,6 +64,17 @@ func (r *Relay) Setup(ctx context.Context) error {
 	}
 	if err := out.Check(ctx, r.db); err != nil { // the writers' tables too: Setup made them
 		return fmt.Errorf("relay: %w", err)
+	}
+	// The instance table, which an unordered relay's heartbeat otherwise
+	// makes at its first beat (an ordered relay's setup made it): a role that
+	// may not make it only goes without the heartbeat (see Run).
+	if err := r.drv.Heartbeats(r.table).Create(ctx, r.db); err != nil {
+		if !r.drv.PermissionDenied(err) {
+			return fmt.Errorf("relay: create the instance table: %w", err)
+		}
+		r.log.Warn("relay: cannot create the instance table (no privilege); continuing without it", "err", err)
+	} else {
+		r.hbMade.Store(true)
 	}
 	return nil
 }
