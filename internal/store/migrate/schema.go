@@ -18,6 +18,25 @@ import (
 // for a step, whether its check returns a row).
 type Catalog func(ctx context.Context, x store.Execer, o store.Object) (bool, error)
 
+// CatalogAll looks up, in one statement, whether what each of objs (tables,
+// indexes and columns; no step) makes exists.
+type CatalogAll func(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error)
+
+// One is the Catalog that looks an object up through all, alone; a step by
+// running its check.
+func One(all CatalogAll) Catalog {
+	return func(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+		if o.Kind == store.KindStep {
+			return sqlkit.Found(ctx, x, o.Check)
+		}
+		found, err := all(ctx, x, []store.Object{o})
+		if err != nil {
+			return false, err
+		}
+		return found[0], nil
+	}
+}
+
 // CreateMissing makes, of objs, the tables and indexes that exists says are
 // missing, and the columns and replacing indexes (store.Object.Replaces) of the
 // tables it made in this call that are missing (a table made by an earlier
@@ -219,7 +238,7 @@ type Schema struct {
 	// catalog once, not once per object (a relay's start, run again for each
 	// tenant of a fleet, made 11 lookups on PostgreSQL). Defaults to nil: Exists
 	// per object.
-	ExistsAll func(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error)
+	ExistsAll CatalogAll
 	// Atomic says the database runs DDL in a transaction (PostgreSQL and
 	// SQLite; not MySQL, whose DDL commits at once): each creation then runs
 	// in one, a savepoint around each statement, so that a connection cut or

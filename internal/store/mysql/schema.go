@@ -56,16 +56,8 @@ func (Driver) ObjectExists(ctx context.Context, x store.Execer, o store.Object) 
 	return objectExists(ctx, x, o)
 }
 
-func objectExists(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
-	if o.Kind == store.KindStep {
-		return sqlkit.Found(ctx, x, o.Check)
-	}
-	found, err := objectsExist(ctx, x, []store.Object{o})
-	if err != nil {
-		return false, err
-	}
-	return found[0], nil
-}
+// objectExists looks o up alone (objectsExist), a step by its check.
+var objectExists = migrate.One(objectsExist)
 
 // ObjectsExist reports whether each of objs (tables, indexes and columns)
 // exists, in one statement.
