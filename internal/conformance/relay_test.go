@@ -1237,6 +1237,8 @@ func testRelayShutdownIsBounded(t *testing.T, dl testkit.Dialect) {
 func claimAsADyingRelay(t *testing.T, drv store.Driver, st store.Relay, sqlDB *sql.DB, n int, lease time.Duration) ([]store.Row, func()) {
 	t.Helper()
 	ctx := context.Background()
+	// What a relay's start makes first (SQLite's claims table).
+	must(t, st.Create(ctx, sqlDB, store.RelayCreateParams{}))
 	b, err := st.Claim(ctx, sqlDB, store.ClaimParams{Limit: n, Hold: lease})
 	must(t, err)
 	claimed := b.Rows()

@@ -218,6 +218,8 @@ func relayNeeds(o store.Object, ordered, retention bool) (relay, need bool) {
 	switch {
 	case strings.HasSuffix(name, "_leases"), strings.HasSuffix(name, "_relays"), strings.HasSuffix(name, "_ordered_idx"), strings.HasSuffix(name, "_aggregate_idx"):
 		return true, ordered
+	case strings.HasSuffix(name, "_claims"): // SQLite: the unordered claims' table (a relay may change modes)
+		return true, true
 	case strings.HasSuffix(name, "_processed_idx"):
 		return true, retention
 	case strings.HasSuffix(name, "_dead_idx"):

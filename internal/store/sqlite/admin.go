@@ -48,8 +48,9 @@ FROM {t} WHERE processed_at IS NULL GROUP BY topic`)
 	a.q.published = rep.Replace(`SELECT topic, count(*) FROM {t} WHERE processed_at >= {now} - ` + strconv.FormatInt(time.Minute.Microseconds(), 10) + ` GROUP BY topic`)
 	a.q.retains = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE processed_at IS NOT NULL)`)
 	a.q.findDead = rep.Replace(`SELECT {cols}, last_error, dead_at FROM {t} WHERE dead_at IS NOT NULL {where} ORDER BY dead_at, seq LIMIT ?`)
-	// Failing: pending with a failed attempt. A row a relay has leased has
-	// its lease's end as available_at, the next attempt should it not mark.
+	// Failing: pending with a failed attempt, by its next attempt
+	// (available_at: an unordered claim leaves it as it was; a row a batch
+	// holds shows the retry time it is being tried at).
 	a.q.findFailing = rep.Replace(`SELECT {cols}, last_error, last_failed_at, available_at FROM {t}
 WHERE processed_at IS NULL AND dead_at IS NULL AND attempts > 0 {where} ORDER BY available_at, seq LIMIT ?`)
 	a.q.failingGroups = rep.Replace(`SELECT type, coalesce(last_error, ''), count(*), max(attempts), min(available_at), max(last_failed_at) FROM {t}

@@ -1,11 +1,9 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -13,48 +11,68 @@ import (
 	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
-// Claim claims a batch. SQLite has no row locks: an unordered claim leases its
-// rows for p.Hold in a statement of its own, the batch publishes outside any
-// transaction and marks in one of its own, fenced by the claim's lease, and
+// Claim claims a batch. SQLite has no row locks: an unordered claim holds its
+// rows for p.Hold by a row of its own in the claims table (one write per
+// batch, not one per event), the batch publishes outside any transaction and
+// marks in one of its own, fenced by that row, whose deletion at the commit
 // gives back the rows it had no time for. An ordered claim reads the owned
 // partitions; its marks are fenced by the partition leases.
 func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (store.Batch, error) {
 	var (
-		rows []store.Row
-		err  error
+		rows  []store.Row
+		claim int64
+		err   error
 	)
 	if o := p.Ordered; o != nil {
 		rows, err = r.claimOrdered(ctx, db, p.Limit, o.Partitions, o.Owned)
 	} else {
-		rows, err = r.claimLeased(ctx, db, p.Limit, p.Hold)
+		rows, claim, err = r.claimHeld(ctx, db, p.Limit, p.Hold)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &batch{r: r, Marks: sqlkit.NewMarks(r, p, db, nil, nil, rows), leased: p.Ordered == nil}, nil
+	return &batch{r: r, Marks: sqlkit.NewMarks(r, p, db, nil, nil, rows), claim: claim}, nil
 }
 
-// claimQueries are the claims' statements: the unordered claim's read of the
-// due rows and its lease, the ordered claim and its confirmation, and the
-// release of the leases a batch had no time for.
+// claimQueries are the claims' statements: the unordered claim's look for
+// due rows, its expiry of the claims that ran out, its read of the rows and
+// its claim row, and the deletion of that row; the ordered claim and its
+// confirmation.
 type claimQueries struct {
-	due, leased, unlease string
-	ordered, confirm     string
+	any, expire, due, hold, release string
+	ordered, confirm                string
 }
 
 // newClaimQueries builds the claims' statements with rep (newRelay's).
 func newClaimQueries(rep *strings.Replacer) claimQueries {
 	var q claimQueries
-	// The due rows in due order, then one statement, under SQLite's single
-	// writer, that leases those still due: the rows it moves past the lease
-	// are this claim's alone. The claim keeps the due order, as on the other
-	// databases (a failed event waits behind the others, not ahead of them in
-	// every batch); RETURNING gives neither that order nor the old
-	// available_at, hence the read first.
-	q.due = rep.Replace(`SELECT seq FROM {t} WHERE {pending} AND available_at <= {now} ORDER BY available_at, seq LIMIT ?`)
-	q.leased = rep.Replace(`UPDATE {t} SET available_at = {now} + ?
-WHERE seq IN (SELECT value FROM json_each(?)) AND {pending} AND available_at <= {now}
-RETURNING seq, {cols}, available_at`)
+	// The unordered claim. An event is held by a claim while its seq is in
+	// the seqs (a JSON array) of a row of the claims table: one row per batch
+	// in flight, so few, each read once per statement (the NOT IN's
+	// subquery is not correlated). Its available_at is left as it was: the
+	// claim writes one row, whatever the batch's size.
+	//
+	// any: whether an event is due that no live claim holds, read outside a
+	// transaction: an idle relay's polls take no write lock.
+	q.any = rep.Replace(`SELECT EXISTS (SELECT 1 FROM {t} WHERE {pending} AND available_at <= {now}
+  AND seq NOT IN (SELECT j.value FROM {claims} c, json_each(c.seqs) j WHERE c.expires_at > {now}))`)
+	// Then, in one write transaction (BEGIN IMMEDIATE: the DSN's
+	// _txlock=immediate; SQLite's one writer makes it the only claim
+	// running): the claims that ran out are deleted (their batches' marks
+	// now change nothing, and their events are claimed again), the due
+	// events no claim holds are read in due order through the pending index
+	// (available_at, seq), as on the other databases (a failed event waits
+	// behind the others, not ahead of them in every batch), and the batch's
+	// claim row is inserted with their seqs, to expire after the hold.
+	q.expire = rep.Replace(`DELETE FROM {claims} WHERE expires_at <= {now}`)
+	q.due = rep.Replace(`SELECT seq, {cols} FROM {t} WHERE {pending} AND available_at <= {now}
+  AND seq NOT IN (SELECT j.value FROM {claims} c, json_each(c.seqs) j)
+ORDER BY available_at, seq LIMIT ?`)
+	q.hold = rep.Replace(`INSERT INTO {claims} (expires_at, seqs) VALUES ({now} + ?, ?) RETURNING claim`)
+	// The batch's commit deletes its claim row (in the marks' transaction):
+	// the rows it neither published nor failed are due again at once, at the
+	// available_at they had (the claim never moved it).
+	q.release = rep.Replace(`DELETE FROM {claims} WHERE claim = ?`)
 	// An event is blocked by a pending event of its aggregate before it that
 	// is not due (a retry waiting). Asked per candidate through the aggregate
 	// index (aggregate_type, aggregate_id, seq), it reads only the events of
@@ -90,18 +108,13 @@ ORDER BY seq LIMIT ?`)
 	q.confirm = rep.Replace(`UPDATE {t} SET due_at = due_at
 WHERE seq IN (SELECT value FROM json_each(?)) AND {pending} AND available_at <= {now}
 RETURNING id`)
-	// The rows a batch had no time for, due again at about when they were
-	// due before (relay.unlease).
-	q.unlease = rep.Replace(`UPDATE {t} SET available_at = min(coalesce(last_failed_at, created_at), {now})
-WHERE {pending} AND ` + byLease)
 	return q
 }
 
-// claim runs the claim q and returns its rows in seq order, or in the order of
-// rank (by seq) when given; leased: q returns the lease it set last;
+// claim runs the claim q and returns its rows in the order q returns them;
 // scheduled: q returns whether the row is a scheduled event last.
-func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, leased, scheduled bool, q string, args ...any) ([]store.Row, error) {
-	out, err := sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
+func (r *relay) claim(ctx context.Context, x store.Execer, scheduled bool, q string, args ...any) ([]store.Row, error) {
+	return sqlkit.Collect(ctx, x, q, args, func(rows *sql.Rows) (store.Row, error) {
 		var (
 			c                 store.Row
 			payload, metadata string
@@ -109,9 +122,6 @@ func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, l
 		)
 		dest := []any{&c.Seq, &c.ID, &c.Type, &c.Version, &c.AggregateType, &c.AggregateID, &c.Topic,
 			&payload, &metadata, &occurred, &c.Attempts, &c.Strikes}
-		if leased {
-			dest = append(dest, &c.Lease)
-		}
 		if scheduled {
 			dest = append(dest, &c.Scheduled)
 		}
@@ -119,42 +129,43 @@ func (r *relay) claim(ctx context.Context, x store.Execer, rank map[int64]int, l
 		c.Payload, c.Metadata, c.OccurredAt = []byte(payload), []byte(metadata), time.UnixMicro(occurred).UTC()
 		return c, err
 	})
-	if err != nil {
-		return nil, err
+}
+
+// claimHeld claims up to limit due events, in due order, for hold: it
+// returns them with the claim row that holds them (its claim, their Lease,
+// the fencing token of their marks; 0 when none was due). Nobody else claims
+// them until the row is deleted: by the batch's commit, or by a claim after
+// it expired (a relay that died, or was paused past it).
+func (r *relay) claimHeld(ctx context.Context, db store.DB, limit int, hold time.Duration) ([]store.Row, int64, error) {
+	var due bool
+	if err := sqlkit.QueryRow(ctx, db, r.claims.any, nil, &due); err != nil || !due {
+		return nil, 0, err
 	}
-	// RETURNING yields rows in no promised order.
-	slices.SortFunc(out, func(a, b store.Row) int {
-		if rank != nil {
-			return rank[a.Seq] - rank[b.Seq]
+	var (
+		rows  []store.Row
+		claim int64
+	)
+	err := sqlkit.InTx(ctx, db, nil, func(tx store.Execer) error {
+		if _, err := tx.ExecContext(ctx, r.claims.expire); err != nil {
+			return fmt.Errorf("expire claims: %w", err)
 		}
-		return cmp.Compare(a.Seq, b.Seq)
+		var err error
+		if rows, err = r.claim(ctx, tx, false, r.claims.due, limit); err != nil || len(rows) == 0 {
+			return err
+		}
+		seqs := make([]int64, len(rows))
+		for i, c := range rows {
+			seqs[i] = c.Seq
+		}
+		return sqlkit.QueryRow(ctx, tx, r.claims.hold, []any{hold.Microseconds(), sqlkit.JSONInts(seqs)}, &claim)
 	})
-	return out, nil
-}
-
-// claimLeased claims up to limit due events by moving their available_at
-// lease ahead, in a statement of its own: nobody else claims them until then,
-// and a relay that dies leaves them to be claimed again when the lease ends.
-func (r *relay) claimLeased(ctx context.Context, x store.Execer, limit int, lease time.Duration) ([]store.Row, error) {
-	due, err := sqlkit.Column[int64](ctx, x, r.claims.due, limit)
-	if err != nil || len(due) == 0 {
-		return nil, err
+	if err != nil {
+		return nil, 0, err
 	}
-	rank := make(map[int64]int, len(due))
-	for i, seq := range due {
-		rank[seq] = i
+	for i := range rows {
+		rows[i].Lease = claim
 	}
-	return r.claim(ctx, x, rank, true, false, r.claims.leased, lease.Microseconds(), sqlkit.JSONInts(due))
-}
-
-// unlease makes the rows due again at about the time they were due before
-// the claim (their insert, or their last failure: the lease overwrote the
-// exact time), not now: else rows a batch had no time for would go behind
-// the events that failed in it, and again every batch, never tried while a
-// failing event comes first (the other databases release such rows
-// untouched). Only rows that still hold the claim's lease.
-func (r *relay) unlease(ctx context.Context, x store.Execer, keys []sqlkit.Key) error {
-	return sqlkit.ExecSeqLeases(ctx, x, r.claims.unlease, keys)
+	return rows, claim, nil
 }
 
 // claimOrdered returns up to limit due events of the owned partitions, in
@@ -166,7 +177,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 		return nil, nil
 	}
 	q, args := sqlkit.OrderedClaim(r.claims.ordered, limit, partitions, owned)
-	rows, err := r.claim(ctx, x, nil, false, true, q, args...)
+	rows, err := r.claim(ctx, x, true, q, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -33,12 +33,13 @@ var _ store.Driver = Driver{}
 // Name returns "sqlite".
 func (Driver) Name() string { return "sqlite" }
 
-// Caps: none (no LISTEN/NOTIFY, no row locks: claims lease their rows; no
-// claim position, no partitions).
+// Caps: none (no LISTEN/NOTIFY, no row locks: an unordered claim holds its
+// rows by a claim row of its own; no claim position, no partitions).
 func (Driver) Caps() store.Caps { return 0 }
 
 // LockingTx returns nil: SQLite has one writer at a time and no row locks;
-// its claims lease rows in a statement of their own.
+// an unordered claim holds its rows by a claim row, written in a transaction
+// of its own.
 func (Driver) LockingTx() *sql.TxOptions { return nil }
 
 // Quote quotes t with double quotes (the schema is an attached database).

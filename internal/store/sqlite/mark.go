@@ -15,19 +15,19 @@ type fencing int
 
 const (
 	unfenced          fencing = iota // by seq alone
-	byClaimLease                     // a row only while it holds the claim's lease (byLease)
+	byClaimRow                       // only while the batch's claim row exists (byClaim)
 	byPartitionLeases                // a row only while its partition's lease is the fence's (fenced)
 	fencings                         // how many fencings there are
 )
 
 // fencingOf returns how the marks of keys are fenced: by the fence when there
-// is one, else by the claim's leases when the keys have them.
-func fencingOf(leased bool, fence *store.Fence) fencing {
+// is one, else by the claim row when the keys have one (their Lease).
+func fencingOf(claimed bool, fence *store.Fence) fencing {
 	switch {
 	case fence != nil:
 		return byPartitionLeases
-	case leased:
-		return byClaimLease
+	case claimed:
+		return byClaimRow
 	}
 	return unfenced
 }
@@ -40,19 +40,19 @@ type markQueries struct {
 }
 
 // newMarkQueries builds the marks' statements with rep (newRelay's); their
-// fences are relay.go's bySeq, byLease and fenced.
+// fences are relay.go's bySeq, byClaim and fenced.
 func newMarkQueries(rep *strings.Replacer) markQueries {
 	var q markQueries
 	q.fenceHeld = rep.Replace(`SELECT count(*) FROM {leases} l JOIN json_each(?) f
   ON l.partition = json_extract(f.value, '$[0]') AND l.generation = json_extract(f.value, '$[1]')
 WHERE l.owner = ?`)
-	for by, where := range [fencings]string{unfenced: bySeq, byClaimLease: byLease, byPartitionLeases: bySeq + ` AND ` + fenced} {
+	for by, where := range [fencings]string{unfenced: bySeq, byClaimRow: bySeq + ` AND ` + byClaim, byPartitionLeases: bySeq + ` AND ` + fenced} {
 		q.delete[by] = rep.Replace(`DELETE FROM {t} WHERE ` + where)
 		q.processed[by] = rep.Replace(`UPDATE {t} SET processed_at = {now}, last_error = NULL WHERE ` + where)
 	}
-	// A failure's row by id (its arguments: failedArgs); the claim's lease is
-	// the available_at it set.
-	for by, where := range [fencings]string{unfenced: ``, byClaimLease: ` AND available_at = ?`, byPartitionLeases: ` AND ` + fenced} {
+	// A failure's row by id (its arguments: failedArgs). Its available_at,
+	// which the claim left alone, becomes the retry's time.
+	for by, where := range [fencings]string{unfenced: ``, byClaimRow: ` AND ` + byClaim, byPartitionLeases: ` AND ` + fenced} {
 		q.failed[by] = rep.Replace(`UPDATE {t} SET
   attempts = attempts + 1,
   strikes = strikes + ?,
@@ -74,7 +74,7 @@ type failedArgs struct {
 	delay  int64  // microseconds after at when the event is due again
 	dead   bool
 	id     string
-	fence  []any // the fencing's: the claim's lease, or fencedArgs; none unfenced
+	fence  []any // the fencing's: the claim row's claim, or fencedArgs; none unfenced
 }
 
 // args returns a's values in the order of markQueries.failed's placeholders.
@@ -99,9 +99,10 @@ func (r *relay) held(ctx context.Context, x store.Execer, fence *store.Fence) er
 }
 
 // MarkPublished deletes published events, or with keep stamps them
-// processed: a key with a Lease only while its row holds that lease; with a
-// fence, a row only while its partition's lease is the fence's (else
-// ErrLeaseLost, after marking the rows of the partitions still held).
+// processed: keys with a Lease (their claim row's claim, the same for all
+// the keys of a batch) only while that row exists; with a fence, a row only
+// while its partition's lease is the fence's (else ErrLeaseLost, after
+// marking the rows of the partitions still held).
 func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []sqlkit.Key, keep bool, fence *store.Fence) error {
 	if len(keys) == 0 {
 		return nil
@@ -111,8 +112,13 @@ func (r *relay) MarkPublished(ctx context.Context, x store.Execer, keys []sqlkit
 		q = &r.marks.processed
 	}
 	switch by := fencingOf(keys[0].Lease != 0, fence); by {
-	case byClaimLease:
-		return sqlkit.ExecSeqLeases(ctx, x, q[by], keys)
+	case byClaimRow:
+		seqs, err := sqlkit.SeqsJSON(keys)
+		if err != nil {
+			return err
+		}
+		_, err = x.ExecContext(ctx, q[by], seqs, keys[0].Lease)
+		return err
 	case byPartitionLeases:
 		seqs, err := sqlkit.SeqsJSON(keys)
 		if err != nil {
@@ -144,7 +150,7 @@ func (r *relay) MarkFailed(ctx context.Context, x store.Execer, fs []store.Failu
 		}
 		by := fencingOf(f.Lease != 0, fence)
 		switch by {
-		case byClaimLease:
+		case byClaimRow:
 			a.fence = []any{f.Lease}
 		case byPartitionLeases:
 			a.fence = byFence

@@ -21,15 +21,15 @@ const pendingSince = `CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= ` 
 
 const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`
 
-// Marks find their rows by seq, the rowid, and are fenced: by the
-// claim's own lease (ClaimLeased: the available_at it set, which a later
-// claim of the row, or anything that made it due again, changed), or in
-// ordered mode by the partition leases of the batch (the row's partition
-// still leased to this instance under the generation it took). SQLite has
-// one writer: no Acquire runs between the check and the write.
+// Marks find their rows by seq, the rowid, and are fenced: by the batch's
+// claim (byClaim: its row in the claims table, which a later claim deletes
+// once it expired, and the batch's commit), or in ordered mode by the
+// partition leases of the batch (the row's partition still leased to this
+// instance under the generation it took). SQLite has one writer: no claim or
+// Acquire runs between the check and the write.
 const (
 	bySeq   = `seq IN (SELECT value FROM json_each(?))`
-	byLease = `(seq, available_at) IN (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') FROM json_each(?))`
+	byClaim = `EXISTS (SELECT 1 FROM {claims} WHERE claim = ?)`
 	fenced  = `part_key % ? IN (SELECT l.partition FROM {leases} l JOIN json_each(?) f
     ON l.partition = json_extract(f.value, '$[0]') AND l.generation = json_extract(f.value, '$[1]')
   WHERE l.owner = ?)`
@@ -54,8 +54,9 @@ type relay struct {
 
 // newRelay returns the relay of the outbox t, its statements built once.
 func newRelay(t ident.Table) *relay {
-	lt := t.Derived("_leases").Quoted()
-	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{since}", pendingSince, "{leases}", lt)
+	lt, ct := t.Derived("_leases").Quoted(), t.Derived("_claims").Quoted()
+	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{since}", pendingSince,
+		"{leases}", lt, "{claims}", ct)
 	return &relay{
 		t:        t,
 		claims:   newClaimQueries(rep),

@@ -19,8 +19,9 @@ import (
 // scheduled insert, used only when an event of the statement is scheduled
 // (the write path of other events is the statement it always was), and
 // changed by Reschedule. Whether a scheduled event is due yet is judged by
-// due_at, not available_at: an unordered claim moves available_at to its
-// lease's end, and a failed attempt to the retry's time.
+// due_at, not available_at: a failed attempt moves available_at to the
+// retry's time. (An unordered claim leaves it alone: it holds its rows by a
+// claim row; an event it holds is due, so neither cancelled nor moved.)
 
 // dueSQL is a scheduled row's due time from its schedule's columns (s_at:
 // unix microseconds, NULL for none; s_after: microseconds, NULL for none) by

@@ -41,6 +41,7 @@ func newSchedEnv(t *testing.T) *schedEnv {
 	e.o, e.r = newOutbox(e.tbl), newRelay(e.tbl)
 	e.must(e.o.Create(e.ctx, db))
 	e.must(e.r.Create(e.ctx, db, store.RelayCreateParams{Ordered: true, Retention: true}))
+	e.must(e.r.Create(e.ctx, db, store.RelayCreateParams{Retention: true})) // the claims table
 	return e
 }
 
@@ -248,11 +249,11 @@ func TestReschedule(t *testing.T) {
 		t.Errorf("%d cancelled rows left", n)
 	}
 
-	// A scheduled event due and leased by an unordered claim (available_at
-	// moved past now) is due, not changeable; the zero To moves to now.
+	// A scheduled event due and held by an unordered claim is due, not
+	// changeable; the zero To moves to now.
 	c, d := event(store.Schedule{Key: "c"}), event(store.Schedule{After: time.Hour, Key: "d"})
 	e.insert(c, d)
-	rows, err := e.r.claimLeased(e.ctx, e.db, 10, time.Hour)
+	rows, _, err := e.r.claimHeld(e.ctx, e.db, 10, time.Hour)
 	e.must(err)
 	if len(rows) != 3 { // due, plain and c
 		t.Fatalf("leased claim took %d rows, want 3", len(rows))

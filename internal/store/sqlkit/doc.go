@@ -11,7 +11,7 @@
 // statements of MySQL and SQLite, with their ? placeholders (Placeholders,
 // Anys, OrderedClaim); the marks of a claimed batch (Marks, which a driver's
 // store.Batch embeds, over the driver's Marker) and the keys and fences they
-// are written with (Key, ExecSeqs, ExecSeqLeases, CheckFence, FenceJSON,
+// are written with (Key, ExecSeqs, CheckFence, FenceJSON,
 // FenceParts); the admin's requeue of ids and topic figures (RequeueEach,
 // ScanTopics); the heartbeats' calls over a database's statements
 // (HeartbeatSQL); the aggregate locks' buckets (Buckets); and what a

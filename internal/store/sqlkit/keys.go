@@ -41,31 +41,6 @@ func ExecSeqs(ctx context.Context, x store.Execer, q string, keys []Key) error {
 	return err
 }
 
-// ExecSeqLeases runs q with one argument, the keys' [seq, lease] pairs as a
-// JSON array (the marks of drivers that find rows by seq and fence them by
-// the claim's lease); nothing for no keys.
-func ExecSeqLeases(ctx context.Context, x store.Execer, q string, keys []Key) error {
-	if len(keys) == 0 {
-		return nil
-	}
-	b := append(make([]byte, 0, 2+len(keys)*24), '[')
-	for i, k := range keys {
-		if k.Seq <= 0 {
-			return fmt.Errorf("event %s claimed without its seq", k.ID)
-		}
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, '[')
-		b = strconv.AppendInt(b, k.Seq, 10)
-		b = append(b, ',')
-		b = strconv.AppendInt(b, k.Lease, 10)
-		b = append(b, ']')
-	}
-	_, err := x.ExecContext(ctx, q, string(append(b, ']')))
-	return err
-}
-
 // SeqsJSON returns the keys' seqs as a JSON array, or an error when a key has
 // none.
 func SeqsJSON(keys []Key) (string, error) {

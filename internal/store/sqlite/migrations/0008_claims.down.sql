@@ -1,0 +1,2 @@
+-- +goose Down
+DROP TABLE IF EXISTS "outbox_messages_claims";
