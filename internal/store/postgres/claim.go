@@ -43,6 +43,19 @@ func (r *relay) Claim(ctx context.Context, db store.DB, p store.ClaimParams) (st
 	return &batch{r: r, Marks: sqlkit.NewMarks(r, p, db, nil, tx, rows), unordered: true}, nil
 }
 
+// The ordered claim's columns: its own (orderedMetaCols: the clock, the
+// frontier...), then those of a claimed row (orderedClaimCols: claimCols, its
+// seq, partition and whether it is scheduled).
+const (
+	orderedMetaCols  = 9
+	orderedClaimCols = 14
+)
+
+// nulls is n NULLs, a row's columns that another UNION ALL branch fills.
+func nulls(n int) string {
+	return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")
+}
+
 // claimQueries are the claims' statements, and the probe's.
 type claimQueries struct {
 	locked, ordered [2]string // by [frontier check]
@@ -58,7 +71,8 @@ func newClaimQueries(t ident.Table, rep *strings.Replacer) claimQueries {
 	lastSeq := [2]string{`NULL::bigint`, `(SELECT CASE WHEN has_sequence_privilege(s.oid, 'SELECT,USAGE') THEN pg_sequence_last_value(s.oid) END
       FROM (SELECT pg_get_serial_sequence(` + quoteLiteral(t.Quoted()) + `, 'seq')::regclass AS oid) s)`}
 	for check := range 2 {
-		fr := strings.NewReplacer("{frontier}", frontier[check], "{lastseq}", lastSeq[check])
+		fr := strings.NewReplacer("{frontier}", frontier[check], "{lastseq}", lastSeq[check],
+			"{nulls}", nulls(orderedClaimCols), "{metanulls}", nulls(orderedMetaCols))
 		// The pending index (available_at, id) serves this scan in order, from
 		// the position ($2, $3; the head when NULL) instead of the head, where
 		// the index entries of published rows lie until vacuum removes them;
@@ -104,6 +118,10 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
 		// scheduled, 1 ms this way). set_config, unsafe in parallel, keeps
 		// the claim from starting parallel workers, which its estimates
 		// asked for (30 ms to start them, for 100 rows).
+		// The claim's own columns (its clock, the frontier, the waiting
+		// retry...) come back once, in a row of their own (whose claimed
+		// columns are NULL, as the claimed rows' are the claim's), not in
+		// every row: 1,000 rows repeated 4 timestamps to format and parse.
 		// The scan starts at $4, or at the lowest of the retries below it
 		// ($5, due at $6 by the database's clock) that its now() finds due:
 		// $4 was chosen by this process's clock before that now(), and a
@@ -138,13 +156,14 @@ blocked AS MATERIALIZED (
 waiting AS MATERIALIZED (
   SELECT min(o.seq) AS seq, min(o.available_at) AS at FROM {t} o
   WHERE {pending} AND o.attempts > 0 AND o.available_at > now() AND {part} = ANY($3::int[]))
-SELECT m.dbnow, m.frontier, m.lastseq, m.clock, m.lastcand, m.candidates, m.stranded, w.seq, w.at, c.* FROM
+SELECT m.dbnow, m.frontier, m.lastseq, m.clock, m.lastcand, m.candidates, m.stranded, w.seq, w.at, {nulls} FROM
   (SELECT now() AS dbnow, l.lastseq, l.clock, {frontier} AS frontier, (SELECT max(seq) FROM cand) AS lastcand, (SELECT count(*) FROM cand) AS candidates,
      (SELECT min(b.seq) FROM blocked b WHERE b.due) AS stranded
    FROM (SELECT {lastseq} AS lastseq, clock_timestamp() AS clock) l) m
   CROSS JOIN waiting w
-LEFT JOIN LATERAL (SELECT c.* FROM cand c WHERE NOT EXISTS (SELECT 1 FROM blocked b
-    WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id AND b.seq < c.seq)) c ON true`))
+UNION ALL
+SELECT {metanulls}, c.* FROM cand c WHERE NOT EXISTS (SELECT 1 FROM blocked b
+    WHERE b.aggregate_type = c.aggregate_type AND b.aggregate_id = c.aggregate_id AND b.seq < c.seq)`))
 	}
 	// The confirmation of an ordered batch's scheduled events ($1): those
 	// still pending and due, and not locked by a writer (a Reschedule whose
@@ -236,12 +255,13 @@ func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int, swe
 		dbNow    time.Time
 		frontier sql.NullTime
 	)
+	var (
+		n    nullClaimed
+		at   sql.NullTime
+		dest = n.dest([]any{&dbNow, &frontier}, &at) // one for every row: claimed copies out
+	)
 	for rows.Next() {
-		var (
-			n  nullClaimed
-			at sql.NullTime
-		)
-		if err := rows.Scan(n.dest([]any{&dbNow, &frontier}, &at)...); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
 		}
 		if c, ok := n.claimed(); ok {
@@ -258,6 +278,16 @@ func (r *relay) claimLocked(ctx context.Context, tx store.Execer, limit int, swe
 	return out, nil
 }
 
+// orderedMeta is the ordered claim's own row: its clocks (now(), and
+// clock_timestamp() after its snapshot), the frontier, the last seq taken,
+// the last candidate's seq (returned or held back) and how many there were,
+// a due event below the start that holds a candidate back (stranded), and
+// where and when the earliest retry of the partitions waits.
+type orderedMeta struct {
+	dbNow, clock, frontier, waitAt              sql.NullTime
+	lastSeq, lastCand, cands, stranded, waitSeq sql.NullInt64
+}
+
 // claimOrdered claims from the lowest position of the owned partitions (see
 // position), in seq order.
 func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partitions int, owned []int32, fence *store.Fence) ([]store.Row, error) {
@@ -271,27 +301,27 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	}
 	defer func() { _ = rows.Close() }()
 	var (
-		out      []store.Row
-		seqs     []seqPart
-		dbNow    time.Time
-		clock    time.Time // after the claim's snapshot
-		frontier sql.NullTime
-		waitSeq  sql.NullInt64
-		waitAt   sql.NullTime
-		lastSeq  sql.NullInt64
-		lastCand sql.NullInt64 // the last candidate's seq: returned or held back
-		cands    int
-		stranded sql.NullInt64 // a due event below the start that holds a candidate back
+		out   []store.Row
+		seqs  []seqPart
+		m     orderedMeta // from the claim's own row
+		row   orderedMeta // NULL in the claimed rows
+		n     nullClaimed
+		seq   sql.NullInt64
+		part  sql.NullInt32
+		sched sql.NullBool
+		// One for every row: claimed copies the row out.
+		dest  = n.dest([]any{&row.dbNow, &row.frontier, &row.lastSeq, &row.clock, &row.lastCand, &row.cands, &row.stranded, &row.waitSeq, &row.waitAt}, &seq, &part, &sched)
+		metas int
 	)
+	if len(dest) != orderedMetaCols+orderedClaimCols {
+		return nil, fmt.Errorf("ordered claim: %d columns scanned, the statement has %d", len(dest), orderedMetaCols+orderedClaimCols)
+	}
 	for rows.Next() {
-		var (
-			n     nullClaimed
-			seq   sql.NullInt64
-			part  sql.NullInt32
-			sched sql.NullBool
-		)
-		if err := rows.Scan(n.dest([]any{&dbNow, &frontier, &lastSeq, &clock, &lastCand, &cands, &stranded, &waitSeq, &waitAt}, &seq, &part, &sched)...); err != nil {
+		if err := rows.Scan(dest...); err != nil {
 			return nil, err
+		}
+		if row.dbNow.Valid {
+			m, metas = row, metas+1
 		}
 		if c, ok := n.claimed(); ok {
 			c.Scheduled = sched.Bool
@@ -302,6 +332,11 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 	if err := rows.Err(); err != nil {
 		return nil, err
 	}
+	if metas != 1 {
+		return nil, fmt.Errorf("ordered claim: %d rows of the claim's own columns, want 1", metas)
+	}
+	dbNow, clock, frontier := m.dbNow.Time, m.clock.Time, m.frontier
+	lastSeq, lastCand, cands, stranded, waitSeq, waitAt := m.lastSeq, m.lastCand, int(m.cands.Int64), m.stranded, m.waitSeq, m.waitAt
 	// In seq order, as the relay publishes each aggregate's events.
 	idx := make([]int, len(out))
 	for i := range idx {
