@@ -172,7 +172,7 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	scheduled := fs.Int("scheduled", 0, "instead of the usual scenarios: Herald's relay, unordered and ordered, with none and with this many events scheduled -scheduled-ahead written before the due ones, side by side in each of -rounds rounds, to the first publisher; then the claims' plans")
 	ahead := fs.Duration("scheduled-ahead", time.Hour, "with -scheduled: how far ahead the scheduled events are due")
-	fs.BoolVar(&vacuumFirst, "vacuum", true, "with -scheduled on PostgreSQL: VACUUM (ANALYZE) the outbox after loading it, before the burn-down (else the insert-driven autovacuum of the fresh rows may run during it); on MySQL/MariaDB, write its dirty pages out (FLUSH TABLES ... FOR EXPORT)")
+	fs.BoolVar(&vacuumFirst, "vacuum", true, "on PostgreSQL: VACUUM (ANALYZE) the outbox after loading it, before the burn-down (else the insert-driven autovacuum of the fresh rows may run during it, in some runs and not in others); on MySQL/MariaDB, write its dirty pages out (FLUSH TABLES ... FOR EXPORT)")
 	fs.BoolVar(&premigrate, "premigrate", true, "make the relay's tables and indexes before loading the outbox (with -scheduled: run Herald's migrations; else relay.Setup in the scenario's mode, the SQL reference's being unordered): they are filled by the load, not built at the relay's start inside the timed burn-down, and the SQL reference deletes from the unordered relay's indexes")
 	fs.DurationVar(&settle, "settle", 0, "with -scheduled: wait this long after loading, before the burn-down (the database's background work for the load, page flushing and purge, done first)")
 	explainFlag := fs.Bool("explain", true, "with -scheduled: print the claims' plans with the scheduled events present")
@@ -415,6 +415,9 @@ func burnDown(bdb benchDB, n int, pubs, only string, scenarios []burnScenario) (
 			}
 			if err == nil && s.outboxed {
 				err = loadOutbox(db, n, topic)
+			}
+			if err == nil && s.outboxed {
+				err = settleLoad(db)
 			}
 			cpu0 := machineCPU()
 			run := &burnRun{db: db, dsn: dsn, n: n, pub: cp}
