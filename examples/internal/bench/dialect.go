@@ -164,6 +164,17 @@ var mysqlBench = benchDB{
 	},
 }
 
+// mysqlReferenceClaim is the claim of MySQL's reference: the first 1,000
+// due rows, locked.
+const mysqlReferenceClaim = `SELECT seq, id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts
+	FROM outbox_messages WHERE dead_at IS NULL AND processed_at IS NULL AND available_at <= UTC_TIMESTAMP(6)
+	ORDER BY available_at, seq LIMIT 1000 FOR UPDATE SKIP LOCKED`
+
+// mysqlReferenceDelete is the DELETE of MySQL's reference, of n seqs.
+func mysqlReferenceDelete(n int) string {
+	return `DELETE FROM outbox_messages WHERE seq IN (` + strings.TrimSuffix(strings.Repeat("?, ", n), ", ") + `)`
+}
+
 // mysqlClaimDelete is MySQL's reference at isolation iso (LevelDefault: the
 // server's, REPEATABLE READ). MySQL has no RETURNING: the claim reads what it
 // locks, then deletes it by its primary key.
@@ -173,9 +184,7 @@ func mysqlClaimDelete(db *sql.DB, iso sql.IsolationLevel) (int, error) {
 		return 0, err
 	}
 	defer tx.Rollback()
-	rows, err := tx.Query(`SELECT seq, id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts
-	FROM outbox_messages WHERE dead_at IS NULL AND processed_at IS NULL AND available_at <= UTC_TIMESTAMP(6)
-	ORDER BY available_at, seq LIMIT 1000 FOR UPDATE SKIP LOCKED`)
+	rows, err := tx.Query(mysqlReferenceClaim)
 	if err != nil {
 		return 0, err
 	}
@@ -199,7 +208,7 @@ func mysqlClaimDelete(db *sql.DB, iso sql.IsolationLevel) (int, error) {
 	if len(seqs) == 0 {
 		return 0, tx.Commit()
 	}
-	if _, err := tx.Exec(`DELETE FROM outbox_messages WHERE seq IN (`+strings.TrimSuffix(strings.Repeat("?, ", len(seqs)), ", ")+`)`, seqs...); err != nil {
+	if _, err := tx.Exec(mysqlReferenceDelete(len(seqs)), seqs...); err != nil {
 		return 0, err
 	}
 	return len(seqs), tx.Commit()

@@ -175,6 +175,7 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	fs.BoolVar(&vacuumFirst, "vacuum", true, "on PostgreSQL: VACUUM (ANALYZE) the outbox after loading it, before the burn-down (else the insert-driven autovacuum of the fresh rows may run during it, in some runs and not in others); on MySQL/MariaDB, write its dirty pages out (FLUSH TABLES ... FOR EXPORT)")
 	fs.BoolVar(&premigrate, "premigrate", true, "make the relay's tables and indexes before loading the outbox (with -scheduled: run Herald's migrations; else relay.Setup in the scenario's mode, the SQL reference's being unordered): they are filled by the load, not built at the relay's start inside the timed burn-down, and the SQL reference deletes from the unordered relay's indexes")
 	fs.DurationVar(&settle, "settle", 0, "with -scheduled: wait this long after loading, before the burn-down (the database's background work for the load, page flushing and purge, done first)")
+	explainCycleFlag := fs.Bool("explain-cycle", false, "instead of the usual scenarios (MySQL/MariaDB): the ordered relay's cycle in the middle of a burn-down of -events, each statement's ANALYZE FORMAT=JSON (MySQL: EXPLAIN ANALYZE), and the SQL reference's")
 	explainFlag := fs.Bool("explain", true, "with -scheduled: print the claims' plans with the scheduled events present")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -187,6 +188,9 @@ func runRelay(fs *flag.FlagSet, args []string) error {
 	bdb, err := pickDB(*dbName)
 	if err != nil {
 		return err
+	}
+	if *explainCycleFlag {
+		return explainCycle(bdb, *n)
 	}
 	if *scheduled > 0 {
 		return runScheduledBurn(bdb, *n, *scheduled, *ahead, strings.Split(*pubs, ",")[0], *rounds, *only,
