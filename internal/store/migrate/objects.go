@@ -216,7 +216,8 @@ func derivesTable(n, t ident.Table) bool {
 func relayNeeds(o store.Object, ordered, retention bool) (relay, need bool) {
 	name := string(o.Name.Name)
 	switch {
-	case strings.HasSuffix(name, "_leases"), strings.HasSuffix(name, "_relays"), strings.HasSuffix(name, "_ordered_idx"), strings.HasSuffix(name, "_aggregate_idx"):
+	case strings.HasSuffix(name, "_leases"), strings.HasSuffix(name, "_relays"), strings.HasSuffix(name, "_ordered_idx"), strings.HasSuffix(name, "_aggregate_idx"),
+		strings.HasSuffix(name, "_blockers_idx"): // SQLite's aggregate index of the events that can hold theirs back
 		return true, ordered
 	case strings.HasSuffix(name, "_claims"): // SQLite: the unordered claims' table (a relay may change modes)
 		return true, true

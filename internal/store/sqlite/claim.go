@@ -74,9 +74,12 @@ ORDER BY available_at, seq LIMIT ?`)
 	// available_at they had (the claim never moved it).
 	q.release = rep.Replace(`DELETE FROM {claims} WHERE claim = ?`)
 	// An event is blocked by a pending event of its aggregate before it that
-	// is not due (a retry waiting). Asked per candidate through the aggregate
-	// index (aggregate_type, aggregate_id, seq), it reads only the events of
-	// the candidate's aggregate before it; a set of the blocked aggregates
+	// is not due (a retry waiting, an event scheduled in line). Asked per
+	// candidate through the blockers index (aggregate_type, aggregate_id,
+	// seq, of the retries and scheduled events alone: the only events that
+	// can be pending and not due; {blocker} is its condition, written as the
+	// index has it, so that SQLite uses it), it reads only those of the
+	// candidate's aggregate before it; a set of the blocked aggregates
 	// built first (a CTE) read every pending event at each claim, and made a
 	// burn-down's claims quadratic in the backlog.
 	// The events due at once (due_at NULL) are read in seq order through
@@ -93,7 +96,7 @@ ORDER BY available_at, seq LIMIT ?`)
     AND o.part_key % ? IN ({owned})
     AND NOT EXISTS (SELECT 1 FROM {t} b
       WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id AND b.seq < o.seq
-        AND b.processed_at IS NULL AND b.dead_at IS NULL AND b.available_at > {now} AND b.aggregate_id <> '')
+        AND b.processed_at IS NULL AND b.dead_at IS NULL AND {blocker} AND b.available_at > {now} AND b.aggregate_id <> '')
   ORDER BY o.seq LIMIT ?)`
 	q.ordered = rep.Replace(strings.Replace(ordered, "{due}", "o.due_at IS NULL", 1) + `
 UNION ALL

@@ -19,6 +19,13 @@ const pending = `processed_at IS NULL AND dead_at IS NULL`
 // due: an event scheduled for tomorrow is not late today).
 const pendingSince = `CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= ` + Now + ` THEN max(created_at, due_at) END`
 
+// blocker is the condition of the blockers index (0009_blockers_idx) on the
+// outbox row b: an event that can be pending and not due, a retry or a
+// scheduled event. The statements that look up the events holding an
+// aggregate back state it as the index does, so that SQLite uses the index
+// (a partial index serves a query whose WHERE has its condition's terms).
+const blocker = `(b.attempts > 0 OR b.due_at IS NOT NULL)`
+
 const claimCols = `id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts, strikes`
 
 // Marks find their rows by seq, the rowid, and are fenced: by the batch's
@@ -56,7 +63,7 @@ type relay struct {
 func newRelay(t ident.Table) *relay {
 	lt, ct := t.Derived("_leases").Quoted(), t.Derived("_claims").Quoted()
 	rep := strings.NewReplacer("{set}", requeueSet, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{since}", pendingSince,
-		"{leases}", lt, "{claims}", ct)
+		"{leases}", lt, "{claims}", ct, "{blocker}", blocker)
 	return &relay{
 		t:        t,
 		claims:   newClaimQueries(rep),

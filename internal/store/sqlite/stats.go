@@ -55,11 +55,11 @@ func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration
 // unheldSQL is sqlkit.OldestUnheld's statement: of the first due pending
 // events that have waited longest ({since}), the age of the oldest not held
 // in line (behind a pending scheduled event of its aggregate), through the
-// aggregate index, and how many it looked at.
+// blockers index ({blocker}), and how many it looked at.
 const unheldSQL = `SELECT {now} - min(CASE WHEN NOT y.held THEN y.since END), count(*)
-FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s
-        WHERE s.aggregate_type = x.aggregate_type AND s.aggregate_id = x.aggregate_id AND s.seq < x.seq
-          AND s.processed_at IS NULL AND s.dead_at IS NULL AND s.due_at IS NOT NULL) AS held
+FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} b
+        WHERE b.aggregate_type = x.aggregate_type AND b.aggregate_id = x.aggregate_id AND b.seq < x.seq
+          AND b.processed_at IS NULL AND b.dead_at IS NULL AND {blocker} AND b.due_at IS NOT NULL) AS held
       FROM (SELECT {since} AS since, o.aggregate_type, o.aggregate_id, o.seq FROM {t} o
             WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND (o.due_at IS NULL OR o.due_at <= {now})
             ORDER BY 1 LIMIT ?) x) y`
