@@ -126,8 +126,8 @@ func explainPrint(db *sql.DB, dbName string, opts *sql.TxOptions, who, query str
 }
 
 // lastCycle is the last whole cycle of log: a claim and the statements
-// after it up to the next claim, which include the marks (a DELETE). BEGIN,
-// COMMIT and the isolation's SET are left out.
+// after it up to its marks (a DELETE). BEGIN, COMMIT and the isolation's SET
+// are left out.
 func lastCycle(log []captured) []captured {
 	var cycles [][]captured
 	for _, c := range log {
@@ -141,9 +141,9 @@ func lastCycle(log []captured) []captured {
 		}
 	}
 	for i := len(cycles) - 1; i >= 0; i-- {
-		for _, c := range cycles[i][1:] {
+		for j, c := range cycles[i][1:] {
 			if strings.HasPrefix(strings.TrimSpace(c.query), "DELETE") {
-				return cycles[i]
+				return cycles[i][:j+2] // what follows the marks is the relay's (its stop, a beat)
 			}
 		}
 	}
