@@ -7,6 +7,8 @@ import (
 	"errors"
 	"sync"
 	"time"
+
+	"github.com/heraldgo/herald/relay"
 )
 
 // A capturing database/sql driver: the statements the relay runs, with their
@@ -238,4 +240,25 @@ func (s capStmt) CheckNamedValue(nv *driver.NamedValue) error {
 		return nc.CheckNamedValue(nv)
 	}
 	return driver.ErrSkip
+}
+
+// captureRelay runs a relay with cfg (its publisher discarding, its logger
+// silent) on the database dsn through the capturing driver until it
+// published want events, and returns the statements it ran.
+func captureRelay(bdb benchDB, dsn string, cfg relay.Config, want int) ([]captured, error) {
+	cdb, err := openCapture(bdb, dsn)
+	if err != nil {
+		return nil, err
+	}
+	defer closeGorm(cdb)
+	cp := &countingPublisher{Publisher: discardPublisher{}, want: int64(want), done: make(chan struct{})}
+	cfg.Logger = discardLogger()
+	r, err := relay.New(cdb, cp, cfg)
+	if err != nil {
+		return nil, err
+	}
+	captureStart()
+	err = runUntil(r.Run, cp.done)
+	log := captureStop()
+	return log, err
 }

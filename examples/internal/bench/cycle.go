@@ -53,20 +53,7 @@ func explainCycle(bdb benchDB, n int) error {
 	if err != nil {
 		return err
 	}
-	cdb, err := openCapture(bdb, dsn)
-	if err != nil {
-		return err
-	}
-	cp := &countingPublisher{Publisher: discardPublisher{}, want: int64(n / 2), done: make(chan struct{})}
-	r, err := relay.New(cdb, cp, relay.Config{Ordered: true, Workers: 1, Logger: discardLogger()})
-	if err != nil {
-		closeGorm(cdb)
-		return err
-	}
-	captureStart()
-	err = runUntil(r.Run, cp.done)
-	log := captureStop()
-	closeGorm(cdb)
+	log, err := captureRelay(bdb, dsn, relay.Config{Ordered: true, Workers: 1}, n/2)
 	if err != nil {
 		return err
 	}
@@ -93,7 +80,7 @@ func explainCycle(bdb benchDB, n int) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("### The ordered relay's cycle on %s, %d events of %d published, the next batch %d events\n\n", bdb.name, cp.want, n, len(seqs))
+	fmt.Printf("### The ordered relay's cycle on %s, %d events of %d published, the next batch %d events\n\n", bdb.name, n/2, n, len(seqs))
 	rc := &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	for i, c := range cycle {
 		args := make([]any, len(c.args))

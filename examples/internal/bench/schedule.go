@@ -366,20 +366,7 @@ func explainClaims(bdb benchDB, n, sched int, ahead time.Duration) error {
 	}
 	fmt.Printf("### Claim plans on %s with %d events scheduled %s ahead (written in %.1f s) below %d due events\n\n", bdb.name, sched, ahead, took.Seconds(), n)
 	for _, ordered := range []bool{false, true} {
-		cdb, err := openCapture(bdb, dsn)
-		if err != nil {
-			return err
-		}
-		cp := &countingPublisher{Publisher: discardPublisher{}, want: int64(min(3000, n/2)), done: make(chan struct{})}
-		r, err := relay.New(cdb, cp, relay.Config{Ordered: ordered, Logger: discardLogger()})
-		if err != nil {
-			closeGorm(cdb)
-			return err
-		}
-		captureStart()
-		err = runUntil(r.Run, cp.done)
-		log := captureStop()
-		closeGorm(cdb)
+		log, err := captureRelay(bdb, dsn, relay.Config{Ordered: ordered}, min(3000, n/2))
 		if err != nil {
 			return err
 		}

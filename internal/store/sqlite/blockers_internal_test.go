@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"io/fs"
 	"strings"
 	"testing"
 	"time"
@@ -93,12 +92,7 @@ func TestBlockersIndex(t *testing.T) {
 func TestBlockersIndexOnAnExistingOutbox(t *testing.T) {
 	t.Parallel()
 	e := newClaimsEnv(t)
-	file := func(name string) string {
-		t.Helper()
-		b, err := fs.ReadFile(Migrations(), name)
-		e.must(err)
-		return string(b)
-	}
+	file := e.migration
 	indexes := func(aggregate, blockers int64) {
 		t.Helper()
 		for idx, want := range map[string]int64{"_aggregate_idx": aggregate, "_blockers_idx": blockers} {

@@ -92,6 +92,14 @@ func (e *schedEnv) row(id string) sched {
 	return s
 }
 
+// migration is the text of the migration file name.
+func (e *schedEnv) migration(name string) string {
+	e.t.Helper()
+	b, err := fs.ReadFile(Migrations(), name)
+	e.must(err)
+	return string(b)
+}
+
 func (e *schedEnv) exec(q string, args ...any) {
 	e.t.Helper()
 	if _, err := e.db.ExecContext(e.ctx, q, args...); err != nil {
@@ -395,12 +403,7 @@ func TestOrderedClaimWaitsForReschedule(t *testing.T) {
 func TestScheduleMigration(t *testing.T) {
 	t.Parallel()
 	e := newSchedEnv(t)
-	file := func(name string) string {
-		t.Helper()
-		b, err := fs.ReadFile(Migrations(), name)
-		e.must(err)
-		return string(b)
-	}
+	file := e.migration
 	for _, idx := range []string{"outbox_messages_schedule_key_idx", "outbox_messages_scheduled_idx"} {
 		if ok, err := exists(e.ctx, e.db, ident.Table{Name: ident.Name(idx)}); err != nil || !ok {
 			t.Fatalf("Create made no %s (%v)", idx, err)
