@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -543,16 +544,31 @@ func (s Schema) CheckInbox(ctx context.Context, x store.Execer, t ident.Table) e
 	return s.check(ctx, x, t, objs)
 }
 
-// Bools runs q, which returns one row of n booleans (the drivers' ExistsAll),
-// and returns them.
-func Bools(ctx context.Context, x store.Execer, q string, args []any, n int) ([]bool, error) {
-	out := make([]bool, n)
-	dest := make([]any, n)
-	for i := range out {
-		dest[i] = &out[i]
+// Lookup is a driver's lookup of one table, index or column (never a step)
+// as an SQL boolean expression, its arguments appended to args (their count
+// numbers the next placeholder).
+type Lookup func(o store.Object, args []any) (expr string, out []any)
+
+// All is the CatalogAll that looks objs up through lookup in one statement,
+// each a column of its one row.
+func All(lookup Lookup) CatalogAll {
+	return func(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
+		cols := make([]string, len(objs))
+		var args []any
+		for i, o := range objs {
+			if o.Kind == store.KindStep {
+				return nil, fmt.Errorf("look up the step of %s with the others", o.Name)
+			}
+			cols[i], args = lookup(o, args)
+		}
+		out := make([]bool, len(objs))
+		dest := make([]any, len(objs))
+		for i := range out {
+			dest[i] = &out[i]
+		}
+		if err := sqlkit.QueryRow(ctx, x, "SELECT "+strings.Join(cols, ", "), args, dest...); err != nil {
+			return nil, err
+		}
+		return out, nil
 	}
-	if err := sqlkit.QueryRow(ctx, x, q, args, dest...); err != nil {
-		return nil, err
-	}
-	return out, nil
 }

@@ -7,7 +7,6 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -67,32 +66,22 @@ func (Driver) ObjectsExist(ctx context.Context, x store.Execer, objs []store.Obj
 
 // objectsExist reports whether each of objs (tables, indexes and columns)
 // exists, in one statement: a column of the row for each.
-func objectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
-	cols := make([]string, len(objs))
-	var args []any
-	for i, o := range objs {
-		schema := any(nil)
-		if o.Name.Schema != "" {
-			schema = string(o.Name.Schema)
-		}
-		switch o.Kind {
-		case store.KindColumn:
-			cols[i] = `EXISTS (SELECT 1 FROM information_schema.columns
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?)`
-			args = append(args, schema, string(o.Name.Name), o.Column)
-		case store.KindIndex:
-			cols[i] = `EXISTS (SELECT 1 FROM information_schema.statistics
-WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?)`
-			args = append(args, schema, string(o.On.Name), string(o.Name.Name))
-		case store.KindStep:
-			return nil, fmt.Errorf("look up the step of %s with the others", o.Name)
-		default:
-			cols[i] = `EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?)`
-			args = append(args, schema, string(o.Name.Name))
-		}
+var objectsExist = migrate.All(func(o store.Object, args []any) (string, []any) {
+	schema := any(nil)
+	if o.Name.Schema != "" {
+		schema = string(o.Name.Schema)
 	}
-	return migrate.Bools(ctx, x, "SELECT "+strings.Join(cols, ", "), args, len(objs))
-}
+	switch o.Kind {
+	case store.KindColumn:
+		return `EXISTS (SELECT 1 FROM information_schema.columns
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND column_name = ?)`, append(args, schema, string(o.Name.Name), o.Column)
+	case store.KindIndex:
+		return `EXISTS (SELECT 1 FROM information_schema.statistics
+WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ? AND index_name = ?)`, append(args, schema, string(o.On.Name), string(o.Name.Name))
+	}
+	return `EXISTS (SELECT 1 FROM information_schema.tables WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?)`,
+		append(args, schema, string(o.Name.Name))
+})
 
 // schema is what Herald creates and checks from the migrations (MySQL's
 // CREATE INDEX has no IF NOT EXISTS: each object is looked up first). MySQL

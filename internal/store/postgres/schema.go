@@ -6,7 +6,6 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/memfs"
@@ -85,25 +84,16 @@ func (Driver) ObjectsExist(ctx context.Context, x store.Execer, objs []store.Obj
 
 // objectsExist reports whether each of objs (tables, indexes and columns)
 // exists, in one statement: a column of the row for each.
-func objectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
-	cols := make([]string, len(objs))
-	var args []any
-	for i, o := range objs {
-		args = append(args, o.Name.Quoted())
-		rel := fmt.Sprintf("to_regclass($%d)", len(args))
-		switch o.Kind {
-		case store.KindColumn:
-			args = append(args, o.Column)
-			cols[i] = fmt.Sprintf(`EXISTS (SELECT 1 FROM pg_attribute
-WHERE attrelid = %s AND attname = $%d AND attnum > 0 AND NOT attisdropped)`, rel, len(args))
-		case store.KindStep:
-			return nil, fmt.Errorf("look up the step of %s with the others", o.Name)
-		default:
-			cols[i] = rel + " IS NOT NULL"
-		}
+var objectsExist = migrate.All(func(o store.Object, args []any) (string, []any) {
+	args = append(args, o.Name.Quoted())
+	rel := fmt.Sprintf("to_regclass($%d)", len(args))
+	if o.Kind == store.KindColumn {
+		args = append(args, o.Column)
+		return fmt.Sprintf(`EXISTS (SELECT 1 FROM pg_attribute
+WHERE attrelid = %s AND attname = $%d AND attnum > 0 AND NOT attisdropped)`, rel, len(args)), args
 	}
-	return migrate.Bools(ctx, x, "SELECT "+strings.Join(cols, ", "), args, len(objs))
-}
+	return rel + " IS NOT NULL", args
+})
 
 // schema is what Herald creates and checks from the migrations; partitioned
 // the same from the partitioned set.

@@ -3,9 +3,7 @@ package sqlite
 import (
 	"context"
 	"embed"
-	"fmt"
 	"io/fs"
-	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -59,31 +57,20 @@ func (Driver) ObjectsExist(ctx context.Context, x store.Execer, objs []store.Obj
 
 // objectsExist reports whether each of objs (tables, indexes and columns)
 // exists, in one statement: a column of the row for each.
-func objectsExist(ctx context.Context, x store.Execer, objs []store.Object) ([]bool, error) {
-	cols := make([]string, len(objs))
-	var args []any
-	for i, o := range objs {
-		switch o.Kind {
-		case store.KindColumn:
-			schema := "main"
-			if o.Name.Schema != "" {
-				schema = string(o.Name.Schema)
-			}
-			cols[i] = `EXISTS (SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?)`
-			args = append(args, string(o.Name.Name), schema, o.Column)
-		case store.KindStep:
-			return nil, fmt.Errorf("look up the step of %s with the others", o.Name)
-		default:
-			master := "sqlite_schema"
-			if o.Name.Schema != "" {
-				master = o.Name.Schema.Quoted() + ".sqlite_schema"
-			}
-			cols[i] = `EXISTS (SELECT 1 FROM ` + master + ` WHERE name = ? AND type IN ('table', 'index'))`
-			args = append(args, string(o.Name.Name))
+var objectsExist = migrate.All(func(o store.Object, args []any) (string, []any) {
+	if o.Kind == store.KindColumn {
+		schema := "main"
+		if o.Name.Schema != "" {
+			schema = string(o.Name.Schema)
 		}
+		return `EXISTS (SELECT 1 FROM pragma_table_info(?, ?) WHERE name = ?)`, append(args, string(o.Name.Name), schema, o.Column)
 	}
-	return migrate.Bools(ctx, x, "SELECT "+strings.Join(cols, ", "), args, len(objs))
-}
+	master := "sqlite_schema"
+	if o.Name.Schema != "" {
+		master = o.Name.Schema.Quoted() + ".sqlite_schema"
+	}
+	return `EXISTS (SELECT 1 FROM ` + master + ` WHERE name = ? AND type IN ('table', 'index'))`, append(args, string(o.Name.Name))
+})
 
 // schema is what Herald creates and checks from the migrations.
 var schema = migrate.Schema{FS: Migrations(), Quote: ident.Table.Quoted, Exists: objectExists, ExistsAll: objectsExist, Atomic: true}
