@@ -142,3 +142,27 @@ func TestBlockersIndexOnAnExistingOutbox(t *testing.T) {
 		t.Fatalf("ordered claim once the retry is due = %v, want the three in order", got)
 	}
 }
+
+// An event that is neither scheduled nor a retry is due from its insert:
+// one whose available_at lies ahead of the clock (the clock stepped back
+// since its insert) is claimed in its aggregate's order, before the later
+// event written after the step, not left behind while that one goes first
+// (the blockers index holds neither).
+func TestOrderedClaimAfterTheClockSteppedBack(t *testing.T) {
+	t.Parallel()
+	e := newClaimsEnv(t)
+	e.must(e.r.Create(e.ctx, e.db, store.RelayCreateParams{Ordered: true}))
+	evs := []store.Row{event(store.Schedule{}), event(store.Schedule{})}
+	for i := range evs {
+		evs[i].AggregateID = "a-1"
+	}
+	e.insert(evs[0])
+	e.exec(`UPDATE `+e.tbl.Quoted()+` SET available_at = available_at + 3600000000 WHERE id = ?`, evs[0].ID) // written an hour "later"
+	e.insert(evs[1])
+	b, err := e.r.Claim(e.ctx, e.db, store.ClaimParams{Limit: 10, Ordered: &store.OrderedClaim{Partitions: 4, Owned: []int32{0, 1, 2, 3}}})
+	e.must(err)
+	defer b.Close()
+	if got := rowIDs(b.Rows()); len(got) != 2 || got[0] != evs[0].ID || got[1] != evs[1].ID {
+		t.Fatalf("ordered claim = %v, want both events of the aggregate in order %v", got, rowIDs(evs))
+	}
+}
