@@ -79,9 +79,12 @@ var postgresBench = benchDB{
 		return []any{events.NewID(), "order.placed", "Order", id, "order.placed", payload, time.Now()}
 	},
 	claimDelete: func(db *sql.DB) (int, error) {
-		return scanClaimed(db.Query(`DELETE FROM outbox_messages WHERE id IN (
+		// = ANY(ARRAY(...)), not IN (...): on an analyzed outbox the planner
+		// made IN a hash semi-join over a sequential scan of the whole table,
+		// every batch (20 ms a batch of 1,000 at 100,000 rows, 4 ms this way).
+		return scanClaimed(db.Query(`DELETE FROM outbox_messages WHERE id = ANY(ARRAY(
 	SELECT id FROM outbox_messages WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= now()
-	ORDER BY available_at, id LIMIT 1000 FOR UPDATE SKIP LOCKED)
+	ORDER BY available_at, id LIMIT 1000 FOR UPDATE SKIP LOCKED))
 	RETURNING id, type, version, aggregate_type, aggregate_id, topic, payload, metadata, occurred_at, attempts`))
 	},
 	forwarder: func(fastest bool) (wmsql.SchemaAdapter, wmsql.OffsetsAdapter, string) {
