@@ -51,6 +51,11 @@ type Object struct {
 	// Drops are the indexes the Replaces statements drop (each migration's
 	// objects list them once; later objects lists leave them out).
 	Drops []ident.Table
+	// Optional marks a column that stores nothing and serves an index alone
+	// (a generated VIRTUAL column): self-creation adds it with a table it
+	// makes, and on a table that was there it is Migrate's (with the index
+	// on it); no check requires it, and what reads it has a way without it.
+	Optional bool
 }
 
 // Migration names the migration an object comes from ("0004_outbox_upgrade").

@@ -7,7 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -176,19 +175,11 @@ func dropReplaced(ctx context.Context, tx store.Execer, d store.Driver, o store.
 		return nil
 	}
 	for _, q := range o.After {
-		m := dropIndexRE.FindStringSubmatch(q)
-		if m == nil {
+		if !dropIndexRE.MatchString(q) {
 			continue
 		}
-		old := store.Object{Kind: store.KindIndex, Name: ident.Table{Name: ident.Name(strings.Trim(m[1], "\"`"))}, On: o.On}
-		there, err := d.ObjectExists(ctx, tx, old)
-		if err != nil {
-			return fmt.Errorf("look up %s: %w", describe(old), err)
-		}
-		if there {
-			if _, err := tx.ExecContext(ctx, q); err != nil {
-				return err
-			}
+		if _, err := dropIfThere(ctx, tx, o, q, d.ObjectExists); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -85,6 +85,7 @@ var (
 	createdRE   = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
 	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?([^\s;]+)`)
 	columnRE    = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\S+)`)
+	virtualRE   = regexp.MustCompile(`(?is)\bAS\s*\(.*\)\s*VIRTUAL\b`)
 	stepRE      = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
 )
 
@@ -119,6 +120,7 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 			}
 		} else if m := columnRE.FindStringSubmatch(s.sql); m != nil {
 			o.Kind, o.Name, o.Column = store.KindColumn, name(m[1]), strings.Trim(m[2], "\"`")
+			o.Optional = virtualRE.MatchString(s.sql)
 		} else if len(out) > 0 && s.check == "" {
 			last := &out[len(out)-1]
 			last.After = append(last.After, o.SQL)
@@ -217,7 +219,7 @@ func relayNeeds(o store.Object, ordered, retention bool) (relay, need bool) {
 	name := string(o.Name.Name)
 	switch {
 	case strings.HasSuffix(name, "_leases"), strings.HasSuffix(name, "_relays"), strings.HasSuffix(name, "_ordered_idx"), strings.HasSuffix(name, "_aggregate_idx"),
-		strings.HasSuffix(name, "_blockers_idx"): // SQLite's aggregate index of the events that can hold theirs back
+		strings.HasSuffix(name, "_blockers_idx"): // the aggregate index of the events that can hold theirs back (SQLite, MySQL)
 		return true, ordered
 	case strings.HasSuffix(name, "_claims"): // SQLite: the unordered claims' table (a relay may change modes)
 		return true, true

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -57,7 +58,7 @@ func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exi
 			return v, nil
 		}
 		for _, c := range objs {
-			if c.Kind != store.KindColumn || c.Name != t {
+			if c.Kind != store.KindColumn || c.Name != t || c.Optional {
 				continue
 			}
 			ok, err := exists(ctx, x, c)
@@ -101,6 +102,15 @@ func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exi
 				if old {
 					continue
 				}
+				// An index on an optional column the table lacks is
+				// Migrate's, with the column.
+				lacks, err := lacksOptional(ctx, x, o, objs, exists)
+				if err != nil {
+					return err
+				}
+				if lacks {
+					continue
+				}
 			}
 		}
 		ok, err := exists(ctx, x, o)
@@ -125,7 +135,10 @@ func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exi
 			return fmt.Errorf("create %s: %w", describe(o), err)
 		}
 		for _, q := range o.After {
-			if _, err := x.ExecContext(ctx, q); err != nil {
+			// An index it replaces is not there when no earlier object made
+			// it (the table was made here): MySQL has no DROP INDEX IF
+			// EXISTS.
+			if _, err := dropIfThere(ctx, x, o, q, exists); err != nil {
 				return fmt.Errorf("create %s: %w", describe(o), err)
 			}
 		}
@@ -134,6 +147,50 @@ func CreateMissing(ctx context.Context, x store.Execer, objs []store.Object, exi
 		}
 	}
 	return nil
+}
+
+// dropIfThere runs q, one of o's After statements, unless it drops an index
+// (on o's table) that exists does not find; ran reports whether it ran.
+func dropIfThere(ctx context.Context, x store.Execer, o store.Object, q string, exists Catalog) (ran bool, err error) {
+	if m := dropIndexRE.FindStringSubmatch(q); m != nil {
+		name := m[1]
+		if i := strings.LastIndex(name, "."); i >= 0 {
+			name = name[i+1:]
+		}
+		old := store.Object{Kind: store.KindIndex, Name: ident.Table{Name: ident.Name(strings.Trim(name, "\"`"))}, On: o.On}
+		there, err := exists(ctx, x, old)
+		if err != nil {
+			return false, fmt.Errorf("look up %s: %w", describe(old), err)
+		}
+		if !there {
+			return false, nil
+		}
+	}
+	_, err = x.ExecContext(ctx, q)
+	return err == nil, err
+}
+
+// lacksOptional reports whether the index o is on an optional column of objs
+// that its table lacks.
+func lacksOptional(ctx context.Context, x store.Execer, o store.Object, objs []store.Object, exists Catalog) (bool, error) {
+	cols := o.SQL
+	if i := strings.Index(cols, "("); i >= 0 {
+		cols = cols[i:]
+	}
+	for _, c := range objs {
+		if c.Kind != store.KindColumn || !c.Optional || c.Name != o.On ||
+			!regexp.MustCompile(`\b`+regexp.QuoteMeta(c.Column)+`\b`).MatchString(cols) {
+			continue
+		}
+		ok, err := exists(ctx, x, c)
+		if err != nil {
+			return false, fmt.Errorf("look up %s: %w", describe(c), err)
+		}
+		if !ok {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // anyIndex reports whether one of the indexes names (on table on) exists.
@@ -191,7 +248,7 @@ const (
 func checkSchema(ctx context.Context, x store.Execer, objs []store.Object, exists Catalog) error {
 	first := true
 	for _, o := range objs {
-		if o.Kind == store.KindIndex || (o.Kind == store.KindStep && o.Check == "") {
+		if o.Kind == store.KindIndex || (o.Kind == store.KindStep && o.Check == "") || o.Optional {
 			continue
 		}
 		ok, err := exists(ctx, x, o)

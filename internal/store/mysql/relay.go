@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync/atomic"
 
@@ -58,7 +59,8 @@ type relay struct {
 	claims              claimQueries    // claim.go
 	marks               markQueries     // mark.go
 	recovery            recoveryQueries // recovery.go
-	stats, unheld       string          // stats.go: statsSQL, unheldSQL
+	stats               string          // stats.go: statsSQL
+	unheld              [2]string       // stats.go: unheldSQL, by [blockers index]
 	scheduled, nextDue  string          // schedule.go: scheduledStatsSQL, nextDueSQL
 	requeues            requeueQueries  // admin.go
 	cleanup             string          // cleanup.go: cleanupSQL
@@ -66,19 +68,44 @@ type relay struct {
 	// server is what the confirmation learnt the server is: 0 not yet,
 	// else serverMySQL or serverMariaDB.
 	server atomic.Int32
+	// blockers is whether the outbox has the blockers index
+	// (0009_blockers_idx), looked up at the first ordered claim or unheld
+	// age: 0 not yet, else 1 + blockersIndex's answer.
+	blockers atomic.Int32
+}
+
+// blockersIndex returns 1 when the outbox has the blockers index
+// (0009_blockers_idx), through which ordered claims and the unheld age look
+// up what holds an aggregate back, else 0 (an outbox made before it, where
+// they use 0002's aggregate index). It asks the catalog the first time: an
+// outbox migrated while the relay runs is seen at its next start.
+func (r *relay) blockersIndex(ctx context.Context, x store.Execer) (int, error) {
+	if v := r.blockers.Load(); v != 0 {
+		return int(v - 1), nil
+	}
+	ok, err := objectExists(ctx, x, store.Object{Kind: store.KindIndex, Name: ident.Table{Name: r.t.Derived("_blockers_idx").Name}, On: r.t})
+	if err != nil {
+		return 0, fmt.Errorf("look up the blockers index: %w", err)
+	}
+	v := 0
+	if ok {
+		v = 1
+	}
+	r.blockers.Store(int32(v + 1))
+	return v, nil
 }
 
 // newRelay returns the relay of the outbox t, its statements built once.
 func newRelay(t ident.Table) *relay {
 	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{since}", pendingSince, "{part}", partitionExpr,
-		"{leases}", Quote(t.Derived("_leases")))
+		"{leases}", Quote(t.Derived("_leases")), "{blockersIdx}", Quote(ident.Table{Name: t.Derived("_blockers_idx").Name}))
 	return &relay{
 		t:         t,
 		claims:    newClaimQueries(t, rep),
 		marks:     newMarkQueries(rep),
 		recovery:  newRecoveryQueries(rep),
 		stats:     rep.Replace(statsSQL),
-		unheld:    rep.Replace(unheldSQL),
+		unheld:    [2]string{rep.Replace(strings.Replace(unheldSQL, "{held}", heldByAggregate, 1)), rep.Replace(strings.Replace(unheldSQL, "{held}", heldByBlockers, 1))},
 		scheduled: rep.Replace(scheduledStatsSQL),
 		nextDue:   rep.Replace(nextDueSQL),
 		requeues:  newRequeueQueries(rep),

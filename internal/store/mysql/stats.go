@@ -37,17 +37,31 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 // OldestUnheld is the oldest pending age an ordered relay reports
 // (sqlkit.OldestUnheld, unheldSQL).
 func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration, error) {
-	return sqlkit.OldestUnheld(ctx, x, r.unheld, int64(math.MaxInt64))
+	via, err := r.blockersIndex(ctx, x)
+	if err != nil {
+		return 0, err
+	}
+	return sqlkit.OldestUnheld(ctx, x, r.unheld[via], int64(math.MaxInt64))
 }
 
 // unheldSQL is sqlkit.OldestUnheld's statement: of the $1 due pending
 // events that have waited longest ({since}), the age of the oldest not held
 // in line (behind a pending scheduled event of its aggregate), through the
-// aggregate index, and how many it looked at.
+// blockers index (heldByBlockers) or, on an outbox made before it, the
+// aggregate index (heldByAggregate), and how many it looked at.
 const unheldSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN NOT y.held THEN y.since END), {now}), COUNT(*)
-FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s
-        WHERE s.aggregate_type = x.aggregate_type AND s.aggregate_id = x.aggregate_id AND s.dead_at IS NULL
+FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s{held} AND s.dead_at IS NULL
           AND s.processed_at IS NULL AND s.seq < x.seq AND s.due_at IS NOT NULL) AS held
       FROM (SELECT {since} AS since, o.aggregate_type, o.aggregate_id, o.seq FROM {t} o
             WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND (o.due_at IS NULL OR o.due_at <= {now})
             ORDER BY since LIMIT ?) x) y`
+
+// The lookups of unheldSQL's scheduled events of an aggregate: through the
+// aggregate index of 0002_relay, or the blockers index of 0009_blockers_idx
+// (a scheduled event is one of its events).
+const (
+	heldByAggregate = `
+        WHERE s.aggregate_type = x.aggregate_type AND s.aggregate_id = x.aggregate_id`
+	heldByBlockers = ` FORCE INDEX ({blockersIdx})
+        WHERE s.blocker_type = x.aggregate_type AND s.blocker_id = x.aggregate_id`
+)
