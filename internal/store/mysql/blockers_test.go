@@ -35,6 +35,39 @@ WHERE table_schema = DATABASE() AND table_name = 'outbox_messages'`)
 	return out
 }
 
+// applyMigration runs the statements of the migration file on the default
+// outbox in db, as its objects list them.
+func applyMigration(t *testing.T, db *sql.DB, file string) {
+	t.Helper()
+	objs, err := migrate.Objects(mysql.Driver{}.Migrations(), file, store.DefaultOutbox, outboxTable, mysql.Quote)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		for _, q := range append([]string{o.SQL}, o.After...) {
+			if _, err := db.ExecContext(context.Background(), q); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+		}
+	}
+}
+
+// migrateBefore applies the up migrations before version to db, as an
+// earlier release made the outbox.
+func migrateBefore(t *testing.T, db *sql.DB, version int64) {
+	t.Helper()
+	migs, err := migrate.Migrations(mysql.Driver{}.Migrations())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range migs {
+		if m.Version >= version {
+			break
+		}
+		applyMigration(t, db, m.Up)
+	}
+}
+
 // blockerRows is how many rows of the outbox the blockers index keys (a
 // retry or a scheduled event: the others' key is NULL).
 func (e *scheduleEnv) blockerRows() int64 {
@@ -145,26 +178,7 @@ func TestBlockersIndexOnAnExistingOutbox(t *testing.T) {
 	drv := mysql.Driver{}
 	before := func(dropAggregate bool) *sql.DB {
 		db := openDB(t)
-		migs, err := migrate.Migrations(drv.Migrations())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range migs {
-			if m.Version >= 9 {
-				break
-			}
-			objs, err := migrate.Objects(drv.Migrations(), m.Up, store.DefaultOutbox, outboxTable, mysql.Quote)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, o := range objs {
-				for _, q := range append([]string{o.SQL}, o.After...) {
-					if _, err := db.ExecContext(ctx, q); err != nil {
-						t.Fatalf("%s: %v", m.Up, err)
-					}
-				}
-			}
-		}
+		migrateBefore(t, db, 9)
 		if dropAggregate {
 			if _, err := db.ExecContext(ctx, "DROP INDEX `"+aggregateIdx+"` ON `outbox_messages`"); err != nil {
 				t.Fatal(err)
@@ -212,17 +226,7 @@ func TestBlockersIndexOnAnExistingOutbox(t *testing.T) {
 		t.Fatalf("ordered claim behind a waiting retry, through the blockers index = %v, want nothing", got)
 	}
 	heldBack(db)
-	down, err := migrate.Objects(drv.Migrations(), "0009_blockers_idx.down.sql", store.DefaultOutbox, outboxTable, mysql.Quote)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range down {
-		for _, q := range append([]string{o.SQL}, o.After...) {
-			if _, err := db.ExecContext(ctx, q); err != nil {
-				t.Fatalf("0009_blockers_idx.down.sql: %v", err)
-			}
-		}
-	}
+	applyMigration(t, db, "0009_blockers_idx.down.sql")
 	if ix := indexNames(t, db); ix[blockersIdx] || !ix[aggregateIdx] {
 		t.Fatalf("indexes after 0009's down: %v", ix)
 	}

@@ -56,17 +56,7 @@ WHERE table_schema = DATABASE() AND table_name = ?`, string(tbl.Name))
 	}
 
 	old := open()
-	first, err := migrate.Objects(drv.Migrations(), "0001_outbox_messages.up.sql", store.DefaultOutbox, tbl, mysql.Quote)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range first {
-		for _, q := range append([]string{o.SQL}, o.After...) {
-			if _, err := old.ExecContext(ctx, q); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	applyMigration(t, old, "0001_outbox_messages.up.sql")
 	if err := drv.Outbox(tbl).Create(ctx, old); err != nil {
 		t.Fatal(err)
 	}

@@ -327,19 +327,7 @@ func TestScheduleMigration(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	drv := mysql.Driver{}
-	indexes := func(db *sql.DB) map[string]bool {
-		t.Helper()
-		names, err := sqlkit.Column[string](ctx, db, `SELECT DISTINCT index_name FROM information_schema.statistics
-WHERE table_schema = DATABASE() AND table_name = 'outbox_messages'`)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string]bool{}
-		for _, n := range names {
-			out[n] = true
-		}
-		return out
-	}
+	indexes := func(db *sql.DB) map[string]bool { return indexNames(t, db) }
 	const keyIdx, schedIdx = "outbox_messages_schedule_key_idx", "outbox_messages_scheduled_idx"
 
 	fresh := openDB(t)
@@ -354,26 +342,7 @@ WHERE table_schema = DATABASE() AND table_name = 'outbox_messages'`)
 	}
 
 	old := openDB(t)
-	migs, err := migrate.Migrations(drv.Migrations())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range migs {
-		if m.Version >= 7 {
-			break
-		}
-		objs, err := migrate.Objects(drv.Migrations(), m.Up, store.DefaultOutbox, outboxTable, mysql.Quote)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, o := range objs {
-			for _, q := range append([]string{o.SQL}, o.After...) {
-				if _, err := old.ExecContext(ctx, q); err != nil {
-					t.Fatalf("%s: %v", m.Up, err)
-				}
-			}
-		}
-	}
+	migrateBefore(t, old, 7)
 	if err := drv.Outbox(outboxTable).Create(ctx, old); err != nil {
 		t.Fatalf("self-creation over an outbox made before 0007: %v", err)
 	}
