@@ -87,10 +87,7 @@ ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
 	// scheduled for later at each claim (205,000 rows a claim under 200,000
 	// scheduled).
 	ordered = strings.Replace(ordered, "{schedIdx}", Quote(ident.Table{Name: t.Derived("_scheduled_idx").Name}), 1)
-	blockers := [2]string{`
-      WHERE b.aggregate_type = o.aggregate_type AND b.aggregate_id = o.aggregate_id`, ` FORCE INDEX ({blockersIdx})
-      WHERE b.blocker_type = o.aggregate_type AND b.blocker_id = o.aggregate_id`}
-	for i, b := range blockers {
+	for i, b := range byAggregate("b", "o") {
 		o := strings.Replace(ordered, "{blockers}", b, 1)
 		q.ordered[i] = rep.Replace(strings.Replace(o, "{due}", "o.due_at IS NULL AND (o.attempts = 0 OR o.available_at <= {now})", 1) + `
 UNION ALL

@@ -95,6 +95,18 @@ func (r *relay) blockersIndex(ctx context.Context, x store.Execer) (int, error) 
 	return v, nil
 }
 
+// byAggregate is how a lookup of rows a of the aggregate of row o begins
+// (after its FROM), by [blockers index]: through 0002's aggregate index,
+// which holds every event, or through the blockers index of
+// 0009_blockers_idx, which keys only the retries and scheduled events (the
+// events that can hold their aggregate back; every other event's key is
+// NULL).
+func byAggregate(a, o string) [2]string {
+	return [2]string{`
+      WHERE ` + a + `.aggregate_type = ` + o + `.aggregate_type AND ` + a + `.aggregate_id = ` + o + `.aggregate_id`, ` FORCE INDEX ({blockersIdx})
+      WHERE ` + a + `.blocker_type = ` + o + `.aggregate_type AND ` + a + `.blocker_id = ` + o + `.aggregate_id`}
+}
+
 // newRelay returns the relay of the outbox t, its statements built once.
 func newRelay(t ident.Table) *relay {
 	rep := strings.NewReplacer("{set}", requeueSet, "{t}", Quote(t), "{cols}", claimCols, "{pending}", pending, "{now}", Now, "{since}", pendingSince, "{part}", partitionExpr,
@@ -105,7 +117,7 @@ func newRelay(t ident.Table) *relay {
 		marks:     newMarkQueries(rep),
 		recovery:  newRecoveryQueries(rep),
 		stats:     rep.Replace(statsSQL),
-		unheld:    [2]string{rep.Replace(strings.Replace(unheldSQL, "{held}", heldByAggregate, 1)), rep.Replace(strings.Replace(unheldSQL, "{held}", heldByBlockers, 1))},
+		unheld:    newUnheldQueries(rep),
 		scheduled: rep.Replace(scheduledStatsSQL),
 		nextDue:   rep.Replace(nextDueSQL),
 		requeues:  newRequeueQueries(rep),

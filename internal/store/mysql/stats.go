@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/heraldgo/herald/internal/store"
@@ -47,8 +48,8 @@ func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration
 // unheldSQL is sqlkit.OldestUnheld's statement: of the $1 due pending
 // events that have waited longest ({since}), the age of the oldest not held
 // in line (behind a pending scheduled event of its aggregate), through the
-// blockers index (heldByBlockers) or, on an outbox made before it, the
-// aggregate index (heldByAggregate), and how many it looked at.
+// blockers index or, on an outbox made before it, the aggregate index
+// (byAggregate), and how many it looked at.
 const unheldSQL = `SELECT TIMESTAMPDIFF(MICROSECOND, MIN(CASE WHEN NOT y.held THEN y.since END), {now}), COUNT(*)
 FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s{held} AND s.dead_at IS NULL
           AND s.processed_at IS NULL AND s.seq < x.seq AND s.due_at IS NOT NULL) AS held
@@ -56,12 +57,12 @@ FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s{held}
             WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND (o.due_at IS NULL OR o.due_at <= {now})
             ORDER BY since LIMIT ?) x) y`
 
-// The lookups of unheldSQL's scheduled events of an aggregate: through the
-// aggregate index of 0002_relay, or the blockers index of 0009_blockers_idx
-// (a scheduled event is one of its events).
-const (
-	heldByAggregate = `
-        WHERE s.aggregate_type = x.aggregate_type AND s.aggregate_id = x.aggregate_id`
-	heldByBlockers = ` FORCE INDEX ({blockersIdx})
-        WHERE s.blocker_type = x.aggregate_type AND s.blocker_id = x.aggregate_id`
-)
+// newUnheldQueries builds unheldSQL with rep (newRelay's), by [blockers
+// index] (byAggregate: a scheduled event is one the blockers index keys).
+func newUnheldQueries(rep *strings.Replacer) [2]string {
+	var q [2]string
+	for i, held := range byAggregate("s", "x") {
+		q[i] = rep.Replace(strings.Replace(unheldSQL, "{held}", held, 1))
+	}
+	return q
+}
