@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -31,10 +32,11 @@ const (
 )
 
 // pruner deletes the instance table's rows not seen for heartbeatKeep, at a
-// relay's start and every pruneEvery after: the one place both modes prune
-// (the unordered relay's heartbeat calls it, the ordered relay's leases too).
-// The relay keeps one (Relay.pruner) from Run to Run: a relay run again and
-// again (a fleet's tenant) prunes at its first start, then every pruneEvery.
+// relay's start (a fleet tenant's relay: see newPruner) and every pruneEvery
+// after: the one place both modes prune (the unordered relay's heartbeat
+// calls it, the ordered relay's leases too). The relay keeps one
+// (Relay.pruner) from Run to Run: a relay run again and again (a fleet's
+// tenant) prunes every pruneEvery, not at each start.
 type pruner struct {
 	r  *Relay
 	hb store.Heartbeats
@@ -43,7 +45,18 @@ type pruner struct {
 	next time.Time // when the next prune is due; zero: at the next call
 }
 
-func (r *Relay) newPruner() *pruner { return &pruner{r: r, hb: r.drv.Heartbeats(r.table)} }
+// newPruner returns r's pruner. A plain relay prunes at its first start; a
+// fleet's tenant relay (Config.Tenant) at a random time within pruneEvery
+// of its making, so that a fleet starting a thousand tenants' relays does
+// not add a prune to each one's first short run, and spreads them over the
+// hour.
+func (r *Relay) newPruner() *pruner {
+	p := &pruner{r: r, hb: r.drv.Heartbeats(r.table)}
+	if r.cfg.Tenant != "" {
+		p.next = time.Now().Add(rand.N(pruneEvery))
+	}
+	return p
+}
 
 // prune deletes the rows past heartbeatKeep when a prune is due. A failure
 // (the table missing, a role without DELETE on it) is logged at debug level
@@ -65,27 +78,51 @@ func (p *pruner) prune(ctx context.Context) {
 	p.next = now.Add(pruneEvery)
 }
 
+// beatGrace bounds a beat (and the prune before it): it runs to its end
+// even when Run ends meanwhile, since a statement cancelled mid-flight costs
+// its connection (pgx closes it) and a fleet ends a tenant's short run as
+// soon as its batch came back short, often with the first beat in flight.
+const beatGrace = 5 * time.Second
+
 // heartbeat records, every heartbeatInterval until ctx is done, that this
 // unordered relay (Run starts it without leases) is alive: one upsert of its
-// own row, in a statement of its own, holding no lock across anything. It
-// makes the instance table when missing (unordered relays need it for
-// nothing else; a table that exists needs no right to create one), and
-// prunes it (pruner). A failure, to make the table (no right to) or to beat,
-// is logged at a limited rate and retried, backing off (faultBackoff from
+// own row, in a statement of its own, holding no lock across anything. The
+// interval counts from Run to Run: a relay run again within
+// heartbeatInterval of its last beat (a fleet's tenant, relayed in short
+// runs) beats when the interval is up, not at its start. A relay's first
+// beat is tried at once; only when it fails is the instance table made (when
+// missing: unordered relays need it for nothing else, and a table that exists
+// needs no right to create one) and the beat tried again. After a beat, it
+// prunes the table (pruner).
+// A failure, to make the table (no right to) or to beat, is logged at a
+// limited rate and retried, backing off (faultBackoff from
 // heartbeatInterval): the relay publishes all the same, and its heartbeat
 // resumes once the fault is gone. The row is kept when the relay stops.
 func (r *Relay) heartbeat(ctx context.Context) {
 	hb := r.drv.Heartbeats(r.table)
 	lim := newLimiter(5 * time.Minute)
 	beat := func() error {
-		if !r.hbMade.Load() {
-			if err := hb.Create(ctx, r.db); err != nil {
-				return fmt.Errorf("create the instance table: %w", err)
+		bctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), beatGrace)
+		defer cancel()
+		err := hb.Beat(bctx, r.db, r.cfg.InstanceID)
+		if err != nil && !r.hbMade.Load() { // the instance table may be missing: make it, and beat again
+			if cerr := hb.Create(bctx, r.db); cerr != nil {
+				return fmt.Errorf("create the instance table: %w", cerr)
 			}
-			r.hbMade.Store(true)
+			err = hb.Beat(bctx, r.db, r.cfg.InstanceID)
 		}
-		r.pruner.prune(ctx)
-		return hb.Beat(ctx, r.db, r.cfg.InstanceID)
+		if err != nil {
+			return err
+		}
+		r.hbMade.Store(true)
+		r.beatAt.Store(time.Now().UnixNano())
+		r.pruner.prune(bctx)
+		return nil
+	}
+	if last := r.beatAt.Load(); last != 0 {
+		if due := heartbeatInterval - time.Since(time.Unix(0, last)); due > 0 && !outbound.Sleep(ctx, due) {
+			return
+		}
 	}
 	for fails := 0; ; {
 		wait := heartbeatInterval
