@@ -102,7 +102,10 @@ type Config struct {
 	// TenantMetrics is how many tenants label their relays' metrics with
 	// their tenant (relay.Config.TenantMetrics), the first listed first; the
 	// others' counters add up unlabelled and they observe no outbox gauges,
-	// so that the series stay bounded. The fleet's own gauges
+	// so that the series stay bounded. A labelled tenant's outbox gauges are
+	// observed from its first run, between runs too, until the fleet lets its
+	// pool go (a Tenant.Open tenant's IdleClose after its last work): each
+	// collection reads them from its database. The fleet's own gauges
 	// (herald.fleet.tenants by state, herald.fleet.connections) are always
 	// observed, through Relay.MeterProvider. Defaults to 0: no tenant
 	// labelled.

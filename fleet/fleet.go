@@ -46,6 +46,7 @@ type Fleet struct {
 	listed  bool     // Config.Tenants was called (Stats before Run calls it)
 	members []string // the live members, with Config.Members
 	labels  int      // tenants whose metrics carry their tenant
+	unobs   []func() // gauges of pools let go, unregistered by Run outside mu (unobserve)
 	wg      sync.WaitGroup
 }
 
@@ -117,6 +118,7 @@ func (f *Fleet) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		f.unobserve()
 		now := time.Now()
 		f.mu.Lock()
 		unknown := f.unknown && now.Sub(refreshed) >= time.Second
@@ -536,7 +538,7 @@ func (f *Fleet) run(ctx context.Context, t *tenant, stop context.CancelFunc) (in
 			stop()
 		}
 	}
-	err = p.rel.Run(relayhook.WithRound(ctx, round))
+	err = p.rel.Run(relayhook.WithGauges(relayhook.WithRound(ctx, round), p))
 	if e := roundErr.Load(); e != nil && err == nil {
 		err = *e
 	}
@@ -578,11 +580,12 @@ func (f *Fleet) shutdown() {
 	f.mu.Unlock()
 	f.wg.Wait()
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	for _, t := range f.tenants {
 		f.closePool(t)
 		t.st, t.next = idle, time.Time{}
 	}
+	f.mu.Unlock()
+	f.unobserve()
 }
 
 // open returns t's pool, opening it (Tenant.Open) when it is closed, with
@@ -634,18 +637,45 @@ func (f *Fleet) newPool(t *tenant, db *gorm.DB) (*pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pool{db: db, sql: conn.DB, own: t.def.Open != nil, rel: rel, hb: conn.Driver.Heartbeats(conn.Table)}, nil
+	return &pool{db: db, sql: conn.DB, own: t.def.Open != nil, rel: rel, hb: conn.Driver.Heartbeats(conn.Table), labelled: cfg.TenantMetrics}, nil
 }
 
-// closePool closes t's pool if the fleet opened it, and forgets it.
+// closePool closes t's pool if the fleet opened it, and forgets it. Where
+// its relay's gauges were registered (Keep), Run's next turn unregisters
+// them, then closes the pool (unobserve), so that no collection reads a
+// closed pool meanwhile.
 func (f *Fleet) closePool(t *tenant) {
-	if t.pool == nil {
+	p := t.pool
+	if p == nil {
 		return
 	}
-	if t.pool.own {
-		closeDB(t.pool.db)
-	}
 	t.pool = nil
+	if u := p.release(); u != nil {
+		f.unobs = append(f.unobs, func() {
+			u()
+			if p.own {
+				closeDB(p.db)
+			}
+		})
+		f.poke()
+		return
+	}
+	if p.own {
+		closeDB(p.db)
+	}
+}
+
+// unobserve unregisters the gauges of the pools closePool let go, and closes
+// them, outside the fleet's lock: an unregistration waits for a collection
+// in flight, whose reads of a tenant's figures may take seconds.
+func (f *Fleet) unobserve() {
+	f.mu.Lock()
+	us := f.unobs
+	f.unobs = nil
+	f.mu.Unlock()
+	for _, u := range us {
+		u()
+	}
 }
 
 func closeDB(db *gorm.DB) {

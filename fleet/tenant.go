@@ -81,6 +81,35 @@ type pool struct {
 	hb  store.Heartbeats
 
 	once sync.Once
+
+	labelled  bool // the relay's metrics carry its tenant: it has outbox gauges to keep
+	gmu       sync.Mutex
+	unobserve func() // unregisters the relay's outbox gauges (Keep); nil: not registered
+	closed    bool   // the fleet let the pool go: Keep registers nothing
+}
+
+// Keep registers the outbox gauges of the pool's relay at its first run and
+// keeps them, between runs too, until the fleet lets the pool go (release):
+// a labelled tenant's figures stay observed while it is idle
+// (relayhook.Gauges). An unlabelled tenant's relay has none.
+func (p *pool) Keep(register func() (unregister func())) {
+	p.gmu.Lock()
+	defer p.gmu.Unlock()
+	if p.labelled && p.unobserve == nil && !p.closed {
+		p.unobserve = register()
+	}
+}
+
+// release ends Keep and returns the function that unregisters the gauges, if
+// any, for the caller to call outside the fleet's lock (unregistering waits
+// for a collection in flight).
+func (p *pool) release() func() {
+	p.gmu.Lock()
+	defer p.gmu.Unlock()
+	p.closed = true
+	u := p.unobserve
+	p.unobserve = nil
+	return u
 }
 
 // fill lets an own pool keep up to n connections while it is used.

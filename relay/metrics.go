@@ -90,7 +90,8 @@ func (m *metrics) died(n int) {
 
 // observeOutbox registers the callback that reads the outbox gauges from the
 // database (Stats, with a 5 s timeout) at each collection, for the time Run
-// runs; the returned function unregisters it. The storage gauges are observed
+// runs (or, with a relayhook.Gauges in Run's context, for as long as it
+// keeps them); the returned function unregisters it. The storage gauges are observed
 // only where the database reports them, the oldest transaction's age only
 // when it is known.
 func (r *Relay) observeOutbox() func() {

@@ -145,7 +145,11 @@ func (r *Relay) Run(ctx context.Context) error {
 		}()
 	}
 	r.hooks.point, r.hooks.round = relayhook.From(ctx), relayhook.RoundFrom(ctx)
-	defer r.observeOutbox()()
+	if g := relayhook.GaugesFrom(ctx); g != nil {
+		g.Keep(r.observeOutbox)
+	} else {
+		defer r.observeOutbox()()
+	}
 	if !r.schemaOK.Load() { // a Run after a Run does not check again
 		if err := r.ensureSchema(ctx); err != nil {
 			return err

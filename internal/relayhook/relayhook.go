@@ -3,7 +3,8 @@
 // it got there), from any package of the module: the conformance suite runs
 // relays through package relay's public API only. A test passes its Hook in
 // the context it gives Relay.Run; without one the relay calls nothing. A
-// fleet follows each of its relays' rounds the same way (Round).
+// fleet follows each of its relays' rounds the same way (Round), and keeps
+// its labelled tenants' gauges between runs (Gauges).
 package relayhook
 
 import "context"
@@ -64,4 +65,28 @@ func WithRound(ctx context.Context, f Round) context.Context {
 func RoundFrom(ctx context.Context) Round {
 	f, _ := ctx.Value(roundKey{}).(Round)
 	return f
+}
+
+// Gauges, carried by the context of Relay.Run, takes over when the relay's
+// outbox gauges are observed: instead of registering them for the time Run
+// runs, Run hands their registration to Keep, which may register them (call
+// register) once and unregister them when it sees fit. A fleet keeps a
+// labelled tenant's gauges from its first run until it lets the tenant go,
+// so that an idle tenant's figures (its dead events, its scheduled ones)
+// stay observed between runs.
+type Gauges interface {
+	Keep(register func() (unregister func()))
+}
+
+type gaugesKey struct{}
+
+// WithGauges returns ctx carrying g, for Relay.Run.
+func WithGauges(ctx context.Context, g Gauges) context.Context {
+	return context.WithValue(ctx, gaugesKey{}, g)
+}
+
+// GaugesFrom returns the Gauges ctx carries, or nil.
+func GaugesFrom(ctx context.Context) Gauges {
+	g, _ := ctx.Value(gaugesKey{}).(Gauges)
+	return g
 }

@@ -41,7 +41,7 @@ func TestFleetMetrics(t *testing.T) {
 			writeAccounts(t, db, 2)
 			tenants = append(tenants, tn)
 		}
-		runMetricsTenants(t, gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), mp, tenants)
+		f := runMetricsTenants(t, gochannel.NewGoChannel(gochannel.Config{}, watermill.NopLogger{}), mp, tenants)
 
 		published := func() map[string]float64 { // by tenant, "" for unlabelled
 			out := map[string]float64{}
@@ -94,6 +94,35 @@ func TestFleetMetrics(t *testing.T) {
 		}
 		if total != 3 || len(states) != 6 || !conns {
 			t.Errorf("herald_fleet_tenants = %v (want the 3 tenants over 6 states), herald_fleet_connections seen: %v", states, conns)
+		}
+
+		// Idle, the labelled tenants' outbox gauges are still observed:
+		// read from their databases at the collection.
+		testkit.Eventually(t, 20*time.Second, "every tenant idle", func() bool {
+			for _, s := range f.Status() {
+				if s.State != "idle" {
+					return false
+				}
+			}
+			return true
+		})
+		mfs, err = reg.Gather()
+		testkit.Must(t, err)
+		pending := map[string]bool{}
+		for _, mf := range mfs {
+			if mf.GetName() != "herald_outbox_pending" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "tenant" {
+						pending[l.GetValue()] = true
+					}
+				}
+			}
+		}
+		if !pending["a"] || !pending["b"] || pending["c"] {
+			t.Errorf("herald_outbox_pending observed for tenants %v while every tenant is idle, want a and b (labelled), not c", pending)
 		}
 	})
 }
