@@ -64,7 +64,9 @@ FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s
             ORDER BY 1 LIMIT $1) x) y`
 
 // storageSQL reads, for the outbox ($1, summed over its partitions if it has
-// any): PostgreSQL's estimate of its dead row versions and its size with
+// any): PostgreSQL's estimate of its dead row versions (what
+// pg_stat_all_tables.n_dead_tup reads, without the view, which computes the
+// row of every table first: 15 ms a call among 10,000 tables) and its size with
 // indexes and TOAST; whether this role sees every session's transaction
 // (superuser or pg_read_all_stats: others' are hidden); and the age of the
 // oldest transaction holding back vacuum's horizon (a snapshot or a
@@ -72,7 +74,7 @@ FROM (SELECT x.since, x.aggregate_id <> '' AND EXISTS (SELECT 1 FROM {t} s
 const storageSQL = `WITH rels AS (
   SELECT $1::regclass AS oid UNION ALL SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass)
 SELECT
-  (SELECT coalesce(sum(s.n_dead_tup), 0)::bigint FROM pg_stat_all_tables s WHERE s.relid IN (SELECT oid FROM rels)),
+  (SELECT coalesce(sum(pg_stat_get_dead_tuples(oid)), 0)::bigint FROM rels),
   (SELECT coalesce(sum(pg_total_relation_size(oid)), 0)::bigint FROM rels),
   (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) OR pg_has_role('pg_read_all_stats', 'USAGE'),
   greatest(0, extract(epoch FROM clock_timestamp() - (SELECT min(t) FROM (
