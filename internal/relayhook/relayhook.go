@@ -29,16 +29,25 @@ const (
 // batch's outcome at Done, nil elsewhere. It may block: the batch waits.
 type Hook func(p Point, err error)
 
-type key struct{}
+// key is the context key of a value of type T: one per type.
+type key[T any] struct{}
+
+// with returns ctx carrying v, the value of its type.
+func with[T any](ctx context.Context, v T) context.Context {
+	return context.WithValue(ctx, key[T]{}, v)
+}
+
+// from returns the value of type T ctx carries, or T's zero value.
+func from[T any](ctx context.Context) T {
+	v, _ := ctx.Value(key[T]{}).(T)
+	return v
+}
 
 // With returns ctx carrying h, for Relay.Run.
-func With(ctx context.Context, h Hook) context.Context { return context.WithValue(ctx, key{}, h) }
+func With(ctx context.Context, h Hook) context.Context { return with(ctx, h) }
 
 // From returns the hook ctx carries, or nil.
-func From(ctx context.Context) Hook {
-	h, _ := ctx.Value(key{}).(Hook)
-	return h
-}
+func From(ctx context.Context) Hook { return from[Hook](ctx) }
 
 // Round is told how each round of a relay's loop ended; a failed try at the
 // relay's schema at start is a round that claimed none. It must not block.
@@ -54,18 +63,11 @@ type RoundInfo struct {
 	Leased bool
 }
 
-type roundKey struct{}
-
 // WithRound returns ctx carrying f, for Relay.Run.
-func WithRound(ctx context.Context, f Round) context.Context {
-	return context.WithValue(ctx, roundKey{}, f)
-}
+func WithRound(ctx context.Context, f Round) context.Context { return with(ctx, f) }
 
 // RoundFrom returns the Round ctx carries, or nil.
-func RoundFrom(ctx context.Context) Round {
-	f, _ := ctx.Value(roundKey{}).(Round)
-	return f
-}
+func RoundFrom(ctx context.Context) Round { return from[Round](ctx) }
 
 // Gauges, carried by the context of Relay.Run, takes over when the relay's
 // outbox gauges are observed: instead of registering them for the time Run
@@ -78,15 +80,8 @@ type Gauges interface {
 	Keep(register func() (unregister func()))
 }
 
-type gaugesKey struct{}
-
 // WithGauges returns ctx carrying g, for Relay.Run.
-func WithGauges(ctx context.Context, g Gauges) context.Context {
-	return context.WithValue(ctx, gaugesKey{}, g)
-}
+func WithGauges(ctx context.Context, g Gauges) context.Context { return with(ctx, g) }
 
 // GaugesFrom returns the Gauges ctx carries, or nil.
-func GaugesFrom(ctx context.Context) Gauges {
-	g, _ := ctx.Value(gaugesKey{}).(Gauges)
-	return g
-}
+func GaugesFrom(ctx context.Context) Gauges { return from[Gauges](ctx) }
