@@ -129,7 +129,8 @@ func (r *Relay) Wake() {
 }
 
 // Run relays until ctx is cancelled, then finishes or releases the batch in
-// flight (within PublishTimeout) and returns nil. Database and broker faults never
+// flight (within PublishTimeout), lets a heartbeat in flight end (within 5 s)
+// and returns nil. Database and broker faults never
 // stop it: it logs them, backs off (capped exponential, with jitter) and resumes.
 // An outdated schema does: Run returns ErrSchemaOutdated, naming the migration
 // to run, before it claims anything. A Relay may Run again once Run returned
