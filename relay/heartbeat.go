@@ -78,7 +78,7 @@ func (p *pruner) prune(ctx context.Context) {
 	p.next = now.Add(pruneEvery)
 }
 
-// beatGrace bounds a beat (and the prune before it): it runs to its end
+// beatGrace bounds a beat (and the prune after it): it runs to its end
 // even when Run ends meanwhile, since a statement cancelled mid-flight costs
 // its connection (pgx closes it) and a fleet ends a tenant's short run as
 // soon as its batch came back short, often with the first beat in flight.
@@ -93,8 +93,8 @@ const beatGrace = 5 * time.Second
 // beat is tried at once; only when it fails is the instance table made (when
 // missing: unordered relays need it for nothing else, and a table that exists
 // needs no right to create one) and the beat tried again. After a beat, it
-// prunes the table (pruner).
-// A failure, to make the table (no right to) or to beat, is logged at a
+// prunes the table (pruner). A failure, to make the table (no right to) or
+// to beat, is logged at a
 // limited rate and retried, backing off (faultBackoff from
 // heartbeatInterval): the relay publishes all the same, and its heartbeat
 // resumes once the fault is gone. The row is kept when the relay stops.
