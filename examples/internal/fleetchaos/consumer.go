@@ -65,13 +65,11 @@ func runConsumer(ctx context.Context) error {
 	for _, t := range c.Tenants {
 		db := pg
 		if !t.schema() {
-			if db, err = sqliteOpen(t.File); err != nil {
+			if db, err = t.open(c.MySQL); err != nil {
 				return err
 			}
 			defer closeDB(db)
-			if s, err := db.DB(); err == nil {
-				s.SetMaxOpenConns(1)
-			}
+			limitPool(db, t)
 		}
 		// The tenant's own inbox table, in its database: the effect and the
 		// inbox's record of the message commit together.

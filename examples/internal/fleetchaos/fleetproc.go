@@ -85,8 +85,7 @@ func runFleet(ctx context.Context) error {
 			defs = append(defs, fleet.Tenant{ID: t.ID, DB: shared, Table: t.qualify("outbox_messages")})
 			continue
 		}
-		path := t.File
-		defs = append(defs, fleet.Tenant{ID: t.ID, Open: func(context.Context) (*gorm.DB, error) { return sqliteOpen(path) }})
+		defs = append(defs, fleet.Tenant{ID: t.ID, Open: func(context.Context) (*gorm.DB, error) { return t.open(c.MySQLVia) }})
 	}
 	rc := c.Fleet.relay()
 	rc.InstanceID, rc.Logger = c.Instance, log

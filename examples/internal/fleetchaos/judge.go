@@ -13,31 +13,33 @@ import (
 )
 
 // readers are the orchestrator's handles for reading the tenants' tables:
-// the superuser's pool for the schemas, a pool per SQLite file.
+// the superuser's pool for the schemas, a pool per SQLite file and MariaDB
+// database.
 type readers struct {
-	adm    *gorm.DB
-	sqlite map[string]*gorm.DB
-	refs   []tenantRef
+	adm  *gorm.DB
+	own  map[string]*gorm.DB
+	refs []tenantRef
 }
 
-func newReaders(adm *gorm.DB, refs []tenantRef) (*readers, error) {
-	r := &readers{adm: adm, sqlite: map[string]*gorm.DB{}, refs: refs}
+func newReaders(adm *gorm.DB, mysqlServer string, refs []tenantRef) (*readers, error) {
+	r := &readers{adm: adm, own: map[string]*gorm.DB{}, refs: refs}
 	for _, t := range refs {
 		if t.schema() {
 			continue
 		}
-		db, err := sqliteOpen(t.File)
+		db, err := t.open(mysqlServer)
 		if err != nil {
 			r.close()
 			return nil, err
 		}
-		r.sqlite[t.ID] = db
+		limitPool(db, t)
+		r.own[t.ID] = db
 	}
 	return r, nil
 }
 
 func (r *readers) close() {
-	for _, db := range r.sqlite {
+	for _, db := range r.own {
 		closeDB(db)
 	}
 }
@@ -46,7 +48,7 @@ func (r *readers) db(t tenantRef) *gorm.DB {
 	if t.schema() {
 		return r.adm
 	}
-	return r.sqlite[t.ID]
+	return r.own[t.ID]
 }
 
 // countsSQL are a tenant's deposits, those without an effect, and its events
@@ -96,7 +98,7 @@ func (r *readers) counts(ctx context.Context, ts []tenantRef) (map[string]tcount
 			continue
 		}
 		var c tcounts
-		if err := r.sqlite[t.ID].WithContext(ctx).Raw(`SELECT `+countsSQL(t)).Row().Scan(&c.deposits, &c.unapplied, &c.pending); err != nil {
+		if err := r.own[t.ID].WithContext(ctx).Raw(`SELECT `+countsSQL(t)).Row().Scan(&c.deposits, &c.unapplied, &c.pending); err != nil {
 			return nil, fmt.Errorf("%s: %w", t.ID, err)
 		}
 		out[t.ID] = c

@@ -13,7 +13,10 @@
 // the others from its dump (pg_dump, its name replaced; the aggregate lock
 // table's 65,536 rows copied in one statement), which is many times faster on
 // a busy machine. With -sqlite-tenants K, K more tenants are SQLite files,
-// opened by the fleet through Tenant.Open.
+// opened by the fleet through Tenant.Open; with -mysql-tenants M, M more are
+// databases of the run's own on the shared MariaDB server (dropped at the
+// end), opened by the fleet through Tenant.Open and a TCP proxy that each
+// outage cuts (every connection of the fleet's dropped, new ones refused).
 //
 // In this process, writers save accounts, each save one numbered deposit
 // (aggregate.Root and outboxhook, one event per transaction, 10% of the

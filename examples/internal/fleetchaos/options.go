@@ -5,11 +5,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"log"
 	"log/slog"
 	"os"
 	"time"
 
+	gomysql "github.com/go-sql-driver/mysql"
+	"gorm.io/driver/mysql"
+	"gorm.io/gorm"
+
 	"github.com/heraldgo/herald/examples/internal/brokertest"
+	"github.com/heraldgo/herald/internal/mysqltest"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -22,6 +29,7 @@ const (
 // options are the run's flags.
 type options struct {
 	tenants, sqliteTenants int
+	mysqlTenants           int
 	dur, killEvery         time.Duration
 	outages                int
 	outageLen              time.Duration
@@ -59,6 +67,7 @@ func parseOptions(args []string) (options, error) {
 	fs := flag.NewFlagSet("fleetchaos", flag.ExitOnError)
 	fs.IntVar(&o.tenants, "tenants", 200, "PostgreSQL tenants: a schema each (tenant_000, ...) on the run's own server")
 	fs.IntVar(&o.sqliteTenants, "sqlite-tenants", 0, "SQLite tenants besides: a file each, opened by the fleet through Tenant.Open")
+	fs.IntVar(&o.mysqlTenants, "mysql-tenants", 0, "MariaDB tenants besides: a database each on the shared server (HERALD_TEST_MYSQL_DSN), opened by the fleet through Tenant.Open and a proxy that each outage cuts")
 	fs.DurationVar(&o.dur, "duration", 30*time.Second, "how long the writers write and the faults fly")
 	fs.DurationVar(&o.killEvery, "kill-every", 3*time.Second, "SIGKILL a random fleet process this often (and start it again)")
 	fs.IntVar(&o.outages, "outages", 1, "how many times the PostgreSQL server is stopped for -outage and started again")
@@ -91,6 +100,8 @@ func parseOptions(args []string) (options, error) {
 		return o, errors.New("-tenants: 1 to 10000")
 	case o.sqliteTenants < 0 || o.sqliteTenants > 100:
 		return o, errors.New("-sqlite-tenants: 0 to 100")
+	case o.mysqlTenants < 0 || o.mysqlTenants > 20:
+		return o, errors.New("-mysql-tenants: 0 to 20 (each holds connections of the shared server's 151)")
 	case o.fleets < 1 || o.consumers < 1 || o.writers < 1:
 		return o, errors.New("-fleets, -consumers and -writers: at least 1")
 	case o.writeRate < 1:
@@ -116,6 +127,8 @@ type childConfig struct {
 	Instance string // a fleet process's member name (its relays' InstanceID)
 	DSN      string // the server's database, as the superuser (the consumers)
 	FleetDSN string // the same as the fleet's role
+	MySQL    string // the MariaDB server (a go-sql-driver DSN, no database): writers, consumers
+	MySQLVia string // the same through the proxy each outage cuts: the fleet
 	NATS     string
 	Topic    string
 	Tenants  []tenantRef
@@ -124,16 +137,28 @@ type childConfig struct {
 	Log      bool
 }
 
-// tenantRef names a tenant: a schema of the server, or an SQLite file.
+// tenantRef names a tenant: a schema of the server, an SQLite file or a
+// MariaDB database.
 type tenantRef struct {
-	ID   string
-	File string // SQLite: the tenant's file; empty: a schema (ID) of the server
+	ID    string
+	File  string // SQLite: the tenant's file
+	MySQL string // MariaDB: the tenant's database on the shared server
 }
 
-// schema reports whether the tenant is a schema of the server.
-func (t tenantRef) schema() bool { return t.File == "" }
+// schema reports whether the tenant is a schema of the PostgreSQL server.
+func (t tenantRef) schema() bool { return t.File == "" && t.MySQL == "" }
 
-// qualify is table in the tenant: schema-qualified, or as it is (SQLite).
+// open opens the pool of a tenant of its own database (SQLite, MariaDB:
+// not a schema), MariaDB's on server.
+func (t tenantRef) open(server string) (*gorm.DB, error) {
+	if t.MySQL != "" {
+		return gorm.Open(mysql.Open(mysqltest.DSN(server, t.MySQL)), quiet())
+	}
+	return sqliteOpen(t.File)
+}
+
+// qualify is table in the tenant: schema-qualified, or as it is (a
+// database of its own).
 func (t tenantRef) qualify(table string) string {
 	if t.schema() {
 		return t.ID + "." + table
@@ -159,10 +184,12 @@ func readChildConfig() (childConfig, error) {
 	return c, nil
 }
 
-// logger is a child's logger: none, or text on stderr with -log.
+// logger is a child's logger: none, or text on stderr with -log (the MySQL
+// driver's own lines too: each connection the outages' proxy cuts).
 func (c childConfig) logger() *slog.Logger {
 	if c.Log {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("process", c.Instance)
 	}
+	_ = gomysql.SetLogger(log.New(io.Discard, "", 0))
 	return slog.New(slog.DiscardHandler)
 }

@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/heraldgo/herald/examples/internal/brokertest"
+	"github.com/heraldgo/herald/internal/mysqltest"
 	"github.com/heraldgo/herald/internal/outbound"
 	"github.com/heraldgo/herald/internal/pgtest"
+	"github.com/heraldgo/herald/internal/tcpproxy"
 )
 
 // orchestrate runs the chaos run and reports whether every tenant's ledger
@@ -62,8 +64,31 @@ func orchestrate(args []string) (bool, error) {
 	if err := setupRoles(ctx, adm); err != nil {
 		return false, err
 	}
-	refs := tenantRefs(o, tmp)
-	accounts, err := setupTenants(ctx, adm, ps.DSN, refs, o.writers)
+	// The MariaDB tenants: databases of the run's own on the shared server,
+	// dropped at the end; the fleet reaches them through a proxy that each
+	// outage cuts (the shared server itself is never stopped).
+	mysqlServer, mysqlVia := mysqltest.Server(), ""
+	refs := tenantRefs(o, tmp, pgtest.Name("herald_fc_")+"_")
+	dropMySQL, err := createMySQL(ctx, mysqlServer, refs)
+	if err != nil {
+		return false, err
+	}
+	defer dropMySQL()
+	var proxy *tcpproxy.Proxy
+	if o.mysqlTenants > 0 {
+		addr, err := mysqlAddr(mysqlServer)
+		if err != nil {
+			return false, err
+		}
+		if proxy, err = tcpproxy.Start(addr); err != nil {
+			return false, err
+		}
+		defer proxy.Close()
+		if mysqlVia, err = viaProxy(mysqlServer, proxy.Addr); err != nil {
+			return false, err
+		}
+	}
+	accounts, err := setupTenants(ctx, adm, ps.DSN, mysqlServer, refs, o.writers)
 	if err != nil {
 		return false, err
 	}
@@ -87,12 +112,12 @@ func orchestrate(args []string) (bool, error) {
 		return false, err
 	}
 	defer closeDB(wpool)
-	wts, closeWriters, err := writerTenants(wpool, refs, accounts, topic)
+	wts, closeWriters, err := writerTenants(wpool, mysqlServer, refs, accounts, topic)
 	if err != nil {
 		return false, err
 	}
 	defer closeWriters()
-	r, err := newReaders(adm, refs)
+	r, err := newReaders(adm, mysqlServer, refs)
 	if err != nil {
 		return false, err
 	}
@@ -103,8 +128,8 @@ func orchestrate(args []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	cs := &children{self: self, base: childConfig{DSN: ps.DSN, FleetDSN: userDSN(ps.DSN, fleetRole), NATS: o.nats, Topic: topic,
-		Tenants: refs, Dir: tmp, Fleet: o.fleet, Fleets: o.fleets, Log: o.log}}
+	cs := &children{self: self, base: childConfig{DSN: ps.DSN, FleetDSN: userDSN(ps.DSN, fleetRole), MySQL: mysqlServer, MySQLVia: mysqlVia,
+		NATS: o.nats, Topic: topic, Tenants: refs, Dir: tmp, Fleet: o.fleet, Fleets: o.fleets, Log: o.log}}
 	defer cs.stop()
 	for i := 1; i <= o.fleets; i++ {
 		cs.start(&child{role: roleFleet, slot: i})
@@ -159,7 +184,13 @@ func orchestrate(args []string) (bool, error) {
 			}
 			fmt.Fprintf(os.Stderr, "fleetchaos: %4.0fs the PostgreSQL server goes down for %v\n", time.Since(start).Seconds(), o.outageLen)
 			when := time.Now()
+			if proxy != nil {
+				proxy.Down() // the MariaDB tenants too, for the fleet
+			}
 			d, err := srv.outage(o.outageLen)
+			if proxy != nil {
+				proxy.Up()
+			}
 			if err != nil {
 				fmt.Fprintln(os.Stderr, "fleetchaos: outage:", err)
 			}
@@ -323,13 +354,17 @@ func orchestrate(args []string) (bool, error) {
 		v       verdict
 		unclean []string
 	}
-	groups := []*group{{name: "PostgreSQL (a schema each, one shared pool per fleet process)"}, {name: "SQLite (a file each, Tenant.Open)"}}
+	groups := []*group{{name: "PostgreSQL (a schema each, one shared pool per fleet process)"}, {name: "SQLite (a file each, Tenant.Open)"},
+		{name: "MariaDB (a database each, Tenant.Open, through a proxy cut in each outage)"}}
 	var total verdict
 	unclean := 0
 	for _, t := range refs {
 		g := groups[0]
-		if !t.schema() {
+		switch {
+		case t.File != "":
 			g = groups[1]
+		case t.MySQL != "":
+			g = groups[2]
 		}
 		v := vs[t.ID]
 		g.tenants++
@@ -386,6 +421,9 @@ func orchestrate(args []string) (bool, error) {
 	fmt.Println("\n| measure | value |")
 	fmt.Println("|---|---:|")
 	m := func(k string, v any) { fmt.Printf("| %s | %v |\n", k, v) }
+	if proxy != nil {
+		m("the MariaDB tenants' proxy: down with the PostgreSQL server in each outage (every connection of the fleet's cut)", mysqlServer)
+	}
 	m("set-up (server, tenants' tables)", fmt.Sprintf("%.1fs", setupTook.Seconds()))
 	hot := "none"
 	if o.hot > 0 {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -22,6 +24,7 @@ import (
 	"gorm.io/gorm/schema"
 
 	"github.com/heraldgo/herald/inbox"
+	"github.com/heraldgo/herald/internal/mysqltest"
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/publishers/natsjs"
@@ -50,6 +53,11 @@ var (
 		`CREATE TABLE %s (id TEXT PRIMARY KEY, version INTEGER NOT NULL DEFAULT 0)`,
 		`CREATE TABLE %s (event_id TEXT PRIMARY KEY, account_id TEXT NOT NULL, seq INTEGER NOT NULL)`,
 		`CREATE TABLE %s (id INTEGER PRIMARY KEY AUTOINCREMENT, event_id TEXT NOT NULL, account_id TEXT NOT NULL, seq INTEGER NOT NULL, consumer TEXT NOT NULL)`,
+	}
+	mysqlDDL = []string{
+		`CREATE TABLE %s (id CHAR(36) PRIMARY KEY, version INT NOT NULL DEFAULT 0)`,
+		`CREATE TABLE %s (event_id CHAR(36) PRIMARY KEY, account_id CHAR(36) NOT NULL, seq INT NOT NULL)`,
+		`CREATE TABLE %s (id BIGINT AUTO_INCREMENT PRIMARY KEY, event_id CHAR(36) NOT NULL, account_id CHAR(36) NOT NULL, seq INT NOT NULL, consumer VARCHAR(64) NOT NULL)`,
 	}
 	ddlTables = []string{"accounts", "deposits", "effects"}
 )
@@ -128,10 +136,13 @@ func (nopPublisher) Publish(string, ...*message.Message) error {
 func (nopPublisher) Close() error { return nil }
 
 // setupTenant makes tenant t's tables on db (a schema's: db is the
-// superuser's pool; SQLite: the file's).
+// superuser's pool; SQLite, MariaDB: the tenant's database's).
 func setupTenant(ctx context.Context, db *gorm.DB, t tenantRef) error {
 	fail := func(what string, err error) error { return fmt.Errorf("setup %s: %s: %w", t.ID, what, err) }
 	ddl := sqliteDDL
+	if t.MySQL != "" {
+		ddl = mysqlDDL
+	}
 	if t.schema() {
 		ddl = postgresDDL
 		if err := db.WithContext(ctx).Exec(`CREATE SCHEMA ` + t.ID).Error; err != nil {
@@ -241,8 +252,9 @@ const templateSource = "{{template}}"
 
 // setupTenants makes every tenant, four at a time, and returns each one's
 // accounts. The first schema is made by setupTenant, the others from its
-// dump (templateSQL), when pg_dump is there.
-func setupTenants(ctx context.Context, adm *gorm.DB, dsn string, tenants []tenantRef, writers int) (map[string][]uuid.UUID, error) {
+// dump (templateSQL), when pg_dump is there. The MariaDB tenants' databases
+// on mysqlServer must be there (createMySQL).
+func setupTenants(ctx context.Context, adm *gorm.DB, dsn, mysqlServer string, tenants []tenantRef, writers int) (map[string][]uuid.UUID, error) {
 	var template string
 	if len(tenants) > 0 && tenants[0].schema() {
 		if err := setupTenant(ctx, adm, tenants[0]); err != nil {
@@ -257,7 +269,7 @@ func setupTenants(ctx context.Context, adm *gorm.DB, dsn string, tenants []tenan
 		db := adm
 		if !t.schema() {
 			var err error
-			if db, err = sqliteOpen(t.File); err != nil {
+			if db, err = t.open(mysqlServer); err != nil {
 				return nil, err
 			}
 			defer closeDB(db)
@@ -304,8 +316,9 @@ func setupTenants(ctx context.Context, adm *gorm.DB, dsn string, tenants []tenan
 	return accounts, errors.Join(errs...)
 }
 
-// tenantRefs are the run's tenants: the schemas, then the SQLite files.
-func tenantRefs(o options, dir string) []tenantRef {
+// tenantRefs are the run's tenants: the schemas, the SQLite files, then the
+// MariaDB databases (named from prefix, the run's own).
+func tenantRefs(o options, dir, prefix string) []tenantRef {
 	var out []tenantRef
 	for i := range o.tenants {
 		out = append(out, tenantRef{ID: fmt.Sprintf("tenant_%03d", i)})
@@ -314,7 +327,65 @@ func tenantRefs(o options, dir string) []tenantRef {
 		id := fmt.Sprintf("sqlite_%02d", i)
 		out = append(out, tenantRef{ID: id, File: filepath.Join(dir, id+".db")})
 	}
+	for i := range o.mysqlTenants {
+		id := fmt.Sprintf("mysql_%02d", i)
+		out = append(out, tenantRef{ID: id, MySQL: prefix + id})
+	}
 	return out
+}
+
+// createMySQL makes the MariaDB tenants' databases on server and returns a
+// function that drops them.
+func createMySQL(ctx context.Context, server string, refs []tenantRef) (func(), error) {
+	var names []string
+	for _, t := range refs {
+		if t.MySQL != "" {
+			names = append(names, t.MySQL)
+		}
+	}
+	if len(names) == 0 {
+		return func() {}, nil
+	}
+	adm, err := sql.Open("mysql", mysqltest.DSN(server, ""))
+	if err != nil {
+		return nil, err
+	}
+	var made []string
+	drop := func() {
+		for _, n := range made {
+			if _, err := adm.Exec("DROP DATABASE IF EXISTS `" + n + "`"); err != nil {
+				fmt.Fprintf(os.Stderr, "fleetchaos: drop database %s: %v\n", n, err)
+			}
+		}
+		_ = adm.Close()
+	}
+	for _, n := range names {
+		if _, err := adm.ExecContext(ctx, "CREATE DATABASE `"+n+"` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+			drop()
+			return nil, fmt.Errorf("MariaDB at %s: create database %s: %w", server, n, err)
+		}
+		made = append(made, n)
+	}
+	return drop, nil
+}
+
+// viaProxy is the go-sql-driver DSN server with its address replaced by addr.
+func viaProxy(server, addr string) (string, error) {
+	cfg, err := gomysql.ParseDSN(server)
+	if err != nil {
+		return "", err
+	}
+	cfg.Addr = addr
+	return cfg.FormatDSN(), nil
+}
+
+// mysqlAddr is the host:port of the go-sql-driver DSN server.
+func mysqlAddr(server string) (string, error) {
+	cfg, err := gomysql.ParseDSN(server)
+	if err != nil {
+		return "", err
+	}
+	return cfg.Addr, nil
 }
 
 // makeStream creates the run's stream (named after its one subject, as

@@ -132,9 +132,9 @@ type wtenant struct {
 
 // writerTenants opens each tenant's handle for the writers: the schemas
 // through the writers' pool (a handle each, whose tables are the schema's),
-// the SQLite files a pool each. It returns them and a function that closes
-// the SQLite pools.
-func writerTenants(pool *gorm.DB, refs []tenantRef, accounts map[string][]uuid.UUID, topic string) ([]*wtenant, func(), error) {
+// the SQLite files and the MariaDB databases (on mysqlServer) a pool each.
+// It returns them and a function that closes the pools of their own.
+func writerTenants(pool *gorm.DB, mysqlServer string, refs []tenantRef, accounts map[string][]uuid.UUID, topic string) ([]*wtenant, func(), error) {
 	var (
 		out   []*wtenant
 		owned []*gorm.DB
@@ -152,12 +152,10 @@ func writerTenants(pool *gorm.DB, refs []tenantRef, accounts map[string][]uuid.U
 		if t.schema() {
 			db, err = onPool(pool, t.ID+".")
 		} else {
-			db, err = sqliteOpen(t.File)
+			db, err = t.open(mysqlServer)
 			if err == nil {
 				owned = append(owned, db)
-				if s, err := db.DB(); err == nil {
-					s.SetMaxOpenConns(1)
-				}
+				limitPool(db, t)
 			}
 		}
 		if err == nil {
@@ -246,6 +244,18 @@ func writer(ctx context.Context, w, writers, rate int, ts []*wtenant, pk picker,
 			if !outbound.Sleep(ctx, 100*time.Millisecond) {
 				return
 			}
+		}
+	}
+}
+
+// limitPool caps the pool of a tenant of its own database: SQLite's one
+// writer; MariaDB's a few, the run's processes sharing the server's
+// connections.
+func limitPool(db *gorm.DB, t tenantRef) {
+	if s, err := db.DB(); err == nil {
+		s.SetMaxOpenConns(1)
+		if t.MySQL != "" {
+			s.SetMaxOpenConns(2)
 		}
 	}
 }
