@@ -930,21 +930,33 @@ func poisonSettled(ctx context.Context, q *gorm.DB, led *ledger, purged int64) b
 	if err != nil {
 		return false
 	}
+	dead := map[string]bool{}
+	for _, d := range deadEvs {
+		dead[d.ID] = true
+	}
 	led.mu.Lock()
 	defer led.mu.Unlock()
-	alive := int64(len(led.poisoned))
+	var alive int64
 	for id := range led.poisoned {
-		if _, risk := led.atRisk[id]; risk {
-			alive-- // may be lost with a dropped slot (-drop-slot): judged as at risk
+		if dead[id] {
+			continue
 		}
-	}
-	for _, d := range deadEvs {
-		_, risk := led.atRisk[d.ID]
-		if _, ok := led.poisoned[d.ID]; ok && !risk {
-			alive--
+		if _, risk := led.atRisk[id]; risk && !inOutbox(q, id) {
+			continue // lost with the dropped slot (-drop-slot): never parked, it cannot die
 		}
+		alive++ // parked too (at risk or not): it dies only while later publishes confirm its failures
 	}
 	return alive <= purged
+}
+
+// inOutbox reports whether event id has a row in the outbox table: with
+// -storage wal, an event the WAL relay parked (true when it cannot tell).
+func inOutbox(q *gorm.DB, id string) bool {
+	var n int64
+	if err := q.Raw(`SELECT count(*) FROM outbox_messages WHERE id = ?`, id).Row().Scan(&n); err != nil {
+		return true
+	}
+	return n > 0
 }
 
 // verdict is the ledger's judgement of the run.
@@ -1052,13 +1064,12 @@ func judge(q *gorm.DB, dl dialect, led *ledger, obs *observer, st stored, purged
 		}
 	}
 	for id := range led.poisoned {
-		if _, risk := led.atRisk[id]; risk && dead[id] == 0 && effects[id] == 0 && !obs.sawID(id) {
+		if _, risk := led.atRisk[id]; risk && dead[id] == 0 && effects[id] == 0 && !obs.sawID(id) && !inOutbox(q, id) {
 			v.lostAtRisk++ // lost with the slot: it cannot die
 			continue
 		}
 		if dead[id] == 0 {
-			var n int64
-			if purged > 0 && q.Raw(`SELECT count(*) FROM outbox_messages WHERE id = ?`, id).Row().Scan(&n) == nil && n == 0 {
+			if purged > 0 && !inOutbox(q, id) {
 				v.purgedPoison++
 				continue
 			}
