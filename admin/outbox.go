@@ -164,8 +164,8 @@ type Status struct {
 	// Healthy is true when there is no problem.
 	Healthy bool `json:"healthy"`
 	// Problems say what is unhealthy: dead events, an oldest pending event
-	// older than Config.MaxAge (while an ordered relay is alive, not one it
-	// holds in line behind a scheduled event of its aggregate), due events
+	// older than Config.MaxAge (in ordered mode, Relays.Ordered, not one
+	// held in line behind a scheduled event of its aggregate), due events
 	// waiting past Config.RelayTimeout while no relay is alive
 	// (Relays.Problem) and, with Config.WALSlot, a slot that is missing,
 	// invalidated or lagging past Config.MaxWALLag. Empty when healthy.

@@ -35,6 +35,12 @@ type Relays struct {
 	// Instances are the relays the database knows, alive or not, the alive
 	// first, then the most recently seen.
 	Instances []RelayInstance `json:"instances"`
+	// Ordered is true when the outbox is relayed in ordered mode: a relay
+	// alive holds partition leases or, none alive, an ordered relay ran on
+	// it (its partitions' rows are in the lease table; a fleet's ordered
+	// tenant gives its leases back after each run). False while an
+	// unordered relay alone is alive, and where no ordered relay ever ran.
+	Ordered bool `json:"ordered"`
 	// Due counts the pending events whose next attempt is due, and
 	// OverdueSeconds is how long the longest-due of them has been due.
 	Due            int64   `json:"due"`
@@ -67,19 +73,9 @@ func secs(d time.Duration) *float64 {
 	return &s
 }
 
-// ordered reports whether an ordered relay is alive: one holding partition
-// leases. False for nil.
-func (r *Relays) ordered() bool {
-	if r == nil {
-		return false
-	}
-	for _, in := range r.Instances {
-		if in.Alive && in.Partitions > 0 {
-			return true
-		}
-	}
-	return false
-}
+// ordered reports whether the outbox is relayed in ordered mode (Ordered).
+// False for nil.
+func (r *Relays) ordered() bool { return r != nil && r.Ordered }
 
 // LastSeen is LastSeenSeconds as a duration, and whether a relay was seen.
 func (r Relays) LastSeen() (time.Duration, bool) {
@@ -92,7 +88,8 @@ func (r Relays) LastSeen() (time.Duration, bool) {
 // Relays reads what the database says of the relays of the outbox: the
 // instance table, the partition leases (ordered mode) and the due backlog.
 // It costs three reads: the instance table (a row per relay), the lease
-// table (a row per partition) and the due pending events.
+// table (a row per partition) and the due pending events; a fourth, of one
+// row of the lease table, when no relay is alive (Ordered).
 func (o *Outbox) Relays(ctx context.Context) (Relays, error) {
 	rs := Relays{AliveWithinSeconds: o.cfg.RelayTimeout.Seconds(), Instances: []RelayInstance{}}
 	hb := o.drv.Heartbeats(o.table)
@@ -158,6 +155,12 @@ func (o *Outbox) Relays(ctx context.Context) (Relays, error) {
 	for _, i := range rs.Instances {
 		if i.Alive {
 			rs.Alive++
+			rs.Ordered = rs.Ordered || i.Partitions > 0
+		}
+	}
+	if ok && rs.Alive == 0 { // the lease table exists: did an ordered relay run?
+		if rs.Ordered, err = hb.Seeded(ctx, o.db); err != nil {
+			return Relays{}, fmt.Errorf("admin: relays: partitions: %w", err)
 		}
 	}
 	slices.SortStableFunc(rs.Instances, func(a, b RelayInstance) int {

@@ -26,15 +26,14 @@ import (
 
 // fleetTests are the relay's and the scheduled events' tests but those
 // whose relay is not made by relayEnv.relay (a relay in a child process:
-// StoppedProcessPastItsLease; the leases' schema: LeaseGenerations), and two
-// that watch an ordered relay hold its partitions between batches, which a
+// StoppedProcessPastItsLease; the leases' schema: LeaseGenerations), and one
+// that watches an ordered relay hold its partitions between batches, which a
 // fleet's relay, run while its tenant has work, gives back when done:
 // OrderedTakeover (two relays share the partitions, one dies holding them;
 // between fleet members a tenant moves as a whole: fleet's
-// TestMembersShareTenants and the fleetchaos run) and HeldInLineIsNotLate
-// (the admin's health tells ordered mode by a live relay holding leases).
+// TestMembersShareTenants and the fleetchaos run).
 var fleetTests = func() []namedTest {
-	skip := []string{"StoppedProcessPastItsLease", "LeaseGenerations", "OrderedTakeover", "HeldInLineIsNotLate"}
+	skip := []string{"StoppedProcessPastItsLease", "LeaseGenerations", "OrderedTakeover"}
 	var out []namedTest
 	for _, tc := range slices.Concat(relayTests, scheduleTests) {
 		if !slices.Contains(skip, tc.name) {

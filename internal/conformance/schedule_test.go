@@ -336,9 +336,10 @@ func testScheduleUncommittedHoldsAggregate(t *testing.T, dl testkit.Dialect) {
 // An event an ordered relay holds in line behind its aggregate's scheduled
 // event, not due yet, waits by design: it is not late. The oldest pending
 // age (relay.Stats, the gauge) leaves it out in ordered mode; it is counted
-// in Pending; the admin's health (MaxAge) leaves it out while an ordered
-// relay is alive. An unordered relay holds nothing in line: there it is
-// late.
+// in Pending; the admin's health (MaxAge) leaves it out in ordered mode:
+// while an ordered relay is alive, and after it stopped and gave its leases
+// back (a fleet's ordered tenant between runs). An unordered relay holds
+// nothing in line: there it is late.
 func testScheduleHeldNotLate(t *testing.T, dl testkit.Dialect) {
 	forModes(t, func(t *testing.T, ordered bool) {
 		e := newRelayEnv(t, dl)
@@ -346,8 +347,9 @@ func testScheduleHeldNotLate(t *testing.T, dl testkit.Dialect) {
 		got := testkit.Consume(t, pub, depositedTopic)
 		r := e.relay(e.open(), pub, relay.Config{Ordered: ordered, PollInterval: 100 * time.Millisecond,
 			LeaseDuration: 3 * time.Second, PublishTimeout: time.Second})
+		stop := func() {}
 		if ordered { // an unordered relay would publish the held event
-			e.run(r)
+			_, stop = e.run(r)
 			warm, err := e.writeOne(deposited)
 			must(t, err)
 			eventually(t, 10*time.Second, "the relay running", func() bool { return got.Count(warm) == 1 })
@@ -366,8 +368,12 @@ func testScheduleHeldNotLate(t *testing.T, dl testkit.Dialect) {
 		must(t, err)
 		st, err := op.Status(t.Context())
 		must(t, err)
-		if st.Healthy != ordered {
-			t.Fatalf("%s: admin status healthy = %v, problems %q", modeName(ordered), st.Healthy, st.Problems)
+		if st.Healthy != ordered || st.Relays.Ordered != ordered {
+			t.Fatalf("%s: admin status healthy = %v, problems %q, relays ordered %v", modeName(ordered), st.Healthy, st.Problems, st.Relays.Ordered)
+		}
+		stop() // an ordered relay gives its leases back: none alive
+		if st, err = op.Status(t.Context()); err != nil || st.Healthy != ordered || st.Relays.Ordered != ordered || st.Relays.Alive != 0 {
+			t.Fatalf("%s, no relay alive: admin status healthy = %v, problems %q, relays %+v, err %v", modeName(ordered), st.Healthy, st.Problems, st.Relays, err)
 		}
 		if s.Pending != 2 {
 			t.Fatalf("Pending = %d, want 2", s.Pending)

@@ -25,6 +25,11 @@ type Heartbeats interface {
 	Instances(ctx context.Context, x Execer) ([]InstanceSeen, error)
 	// Leases reads the partition leases that have an owner, by owner.
 	Leases(ctx context.Context, x Execer) ([]LeaseOwner, error)
+	// Seeded reports whether the lease table holds the partitions' rows:
+	// an ordered relay ran on the outbox (its first one seeds them; they
+	// stay, without an owner, when the relays stop). An unordered relay
+	// never seeds them.
+	Seeded(ctx context.Context, x Execer) (bool, error)
 	// Due counts the pending events that are due (next attempt reached)
 	// and how long the longest-due one has been due.
 	Due(ctx context.Context, x Execer) (n int64, overdue time.Duration, err error)

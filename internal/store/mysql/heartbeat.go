@@ -25,6 +25,7 @@ ON DUPLICATE KEY UPDATE seen_at = ` + Now,
 		Instances: `SELECT instance, TIMESTAMPDIFF(MICROSECOND, seen_at, ` + Now + `) FROM ` + rt + ` ORDER BY seen_at DESC, instance`,
 		Leases: `SELECT owner, COUNT(*), TIMESTAMPDIFF(MICROSECOND, ` + Now + `, MAX(expires_at)) FROM ` + lt + `
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,
+		Seeded: `SELECT EXISTS (SELECT 1 FROM ` + lt + `)`,
 		Due: `SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(available_at), ` + Now + `), 0) FROM ` + Quote(t) + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= ` + Now,
 		Next: `SELECT TIMESTAMPDIFF(MICROSECOND, ` + Now + `, MIN(available_at)) FROM ` + Quote(t) + `

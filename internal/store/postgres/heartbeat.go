@@ -23,6 +23,7 @@ ON CONFLICT (instance) DO UPDATE SET seen_at = now()`,
 		Instances: `SELECT instance, (extract(epoch FROM now() - seen_at) * 1000000)::bigint FROM ` + rt + ` ORDER BY seen_at DESC, instance`,
 		Leases: `SELECT owner, count(*), (extract(epoch FROM max(expires_at) - now()) * 1000000)::bigint FROM ` + lt + `
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,
+		Seeded: `SELECT EXISTS (SELECT 1 FROM ` + lt + `)`,
 		Due: `SELECT count(*), coalesce((extract(epoch FROM now() - min(available_at)) * 1000000)::bigint, 0) FROM ` + t.Quoted() + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= now()`,
 		Next: `SELECT (extract(epoch FROM min(available_at) - now()) * 1000000)::bigint FROM ` + t.Quoted() + `

@@ -24,6 +24,7 @@ ON CONFLICT (instance) DO UPDATE SET seen_at = excluded.seen_at`,
 		Instances: `SELECT instance, ` + Now + ` - seen_at FROM ` + rt + ` ORDER BY seen_at DESC, instance`,
 		Leases: `SELECT owner, count(*), max(expires_at) - ` + Now + ` FROM ` + lt + `
 WHERE owner <> '' GROUP BY owner ORDER BY owner`,
+		Seeded: `SELECT EXISTS (SELECT 1 FROM ` + lt + `)`,
 		Due: `SELECT count(*), coalesce(` + Now + ` - min(available_at), 0) FROM ` + t.Quoted() + `
 WHERE processed_at IS NULL AND dead_at IS NULL AND available_at <= ` + Now,
 		Next: `SELECT min(available_at) - ` + Now + ` FROM ` + t.Quoted() + `

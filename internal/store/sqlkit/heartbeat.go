@@ -44,6 +44,7 @@ type HeartbeatSQL struct {
 	Prune     string // deletes rows not seen for $1/? microseconds
 	Instances string // instance, microseconds since seen; newest first
 	Leases    string // owner, partitions, microseconds its latest lease has left
+	Seeded    string // whether the lease table has a row (an ordered relay ran)
 	Due       string // due events, microseconds the oldest has been due
 	Next      string // microseconds until the earliest pending event is due; NULL: none
 }
@@ -83,6 +84,12 @@ func (h heartbeatSQL) Instances(ctx context.Context, x store.Execer) ([]store.In
 
 func (h heartbeatSQL) Leases(ctx context.Context, x store.Execer) ([]store.LeaseOwner, error) {
 	return Collect(ctx, x, h.q.Leases, nil, func(rows *sql.Rows) (store.LeaseOwner, error) { return scanLeaseOwner(rows) })
+}
+
+func (h heartbeatSQL) Seeded(ctx context.Context, x store.Execer) (bool, error) {
+	var ok bool
+	err := QueryRow(ctx, x, h.q.Seeded, nil, &ok)
+	return ok, err
 }
 
 func (h heartbeatSQL) Due(ctx context.Context, x store.Execer) (int64, time.Duration, error) {
