@@ -99,6 +99,23 @@ type Config struct {
 	// live; members beat every third of it. Defaults to 15s.
 	MemberTTL time.Duration
 
+	// Listen are handles on PostgreSQL databases where the writers notify
+	// their tenants' commits (a relay.Notifier's Tenant as their
+	// outboxhook.Config.Notify): the fleet holds a connection of its own in
+	// LISTEN on Channel in each (outside MaxConns; connected again when it
+	// drops) and wakes the tenant each notification names, as Wake does, so
+	// that an idle tenant's new event is relayed at once, not at its next
+	// probe. A notification reaches the sessions of its own database: one
+	// handle serves every tenant whose writers notify through a handle on
+	// that database (the members' control database, say), so one connection
+	// per server, not per tenant database. New fails on a database without
+	// LISTEN/NOTIFY (relay.ErrNoNotify). Defaults to none: the probes find
+	// the new events.
+	Listen []*gorm.DB
+	// Channel is Listen's LISTEN/NOTIFY channel: the writers' notifiers'.
+	// Defaults to relay.DefaultChannel.
+	Channel string
+
 	// TenantMetrics is how many tenants label their relays' metrics with
 	// their tenant (relay.Config.TenantMetrics), the first listed first; the
 	// others' counters add up unlabelled and they observe no outbox gauges,
@@ -139,6 +156,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.IdleClose, defaultIdleClose)
 	setDefault(&c.MaxBackoff, defaultBackoff)
 	setDefault(&c.MemberTTL, defaultMemberTTL)
+	setDefault(&c.Channel, relay.DefaultChannel)
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

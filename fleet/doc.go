@@ -13,7 +13,9 @@
 //     probes grow apart while it stays idle, from Config.MinProbe (the
 //     relay's PollInterval) to Config.MaxProbe (10s), and come at an
 //     earlier due time of a scheduled event. Wake relays a tenant at once:
-//     call it from the writers' process (outboxhook.Config.Notify). A
+//     call it from the writers' process (outboxhook.Config.Notify); on
+//     PostgreSQL, writers in other processes notify the tenant
+//     (relay.Notifier.Tenant) where the fleet listens (Config.Listen). A
 //     tenant opened through Tenant.Open holds no connection while idle, and
 //     its pool is closed after Config.IdleClose.
 //   - A tenant with work gets a relay.Relay of Config.Relay (ordered mode,

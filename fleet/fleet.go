@@ -36,6 +36,7 @@ type Fleet struct {
 	conns   *budget
 	kick    chan struct{}
 	running atomic.Bool
+	listen  []*relay.TenantListener // Config.Listen's
 
 	mu      sync.Mutex
 	tenants map[string]*tenant
@@ -60,12 +61,21 @@ func New(pub message.Publisher, cfg Config) (*Fleet, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	log := cfg.Logger.With("component", "herald.fleet", "instance", cfg.Relay.InstanceID)
+	listen := make([]*relay.TenantListener, len(cfg.Listen))
+	for i, db := range cfg.Listen {
+		var err error
+		if listen[i], err = relay.NewTenantListener(db, cfg.Channel, log); err != nil {
+			return nil, fmt.Errorf("fleet: Listen[%d]: %w", i, err)
+		}
+	}
 	return &Fleet{
 		cfg:     cfg,
 		pub:     pub,
-		log:     cfg.Logger.With("component", "herald.fleet", "instance", cfg.Relay.InstanceID),
+		log:     log,
 		conns:   newBudget(cfg.MaxConns),
 		kick:    make(chan struct{}, 1),
+		listen:  listen,
 		tenants: map[string]*tenant{},
 		woken:   map[string]bool{},
 	}, nil
@@ -78,7 +88,7 @@ func (f *Fleet) Instance() string { return f.cfg.Relay.InstanceID }
 // Wake tells the fleet that events of tenant id were committed: it is
 // relayed as soon as a place is free, without waiting for its next probe.
 // Call it from the writers' process (outboxhook.Config.Notify); it never
-// blocks. An id the fleet does not know yet makes it call Config.Tenants
+// blocks. Notifications naming a tenant call it too (Config.Listen). An id the fleet does not know yet makes it call Config.Tenants
 // again at once (at most once a second), so that a tenant added since the
 // last refresh is relayed at once too.
 func (f *Fleet) Wake(id string) {
@@ -113,6 +123,9 @@ func (f *Fleet) Run(ctx context.Context) error {
 			return err
 		}
 		defer m.leave()
+	}
+	for _, l := range f.listen { // they end with ctx; shutdown waits for them
+		f.wg.Go(func() { _ = l.Run(ctx, f.Wake) })
 	}
 	var refreshAt, refreshed, beatAt time.Time
 	timer := time.NewTimer(0)

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/heraldgo/herald/fleet"
+	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/testkit"
 	"github.com/heraldgo/herald/relay"
 )
@@ -221,6 +224,53 @@ func TestWake(t *testing.T) {
 		if len(f.Status()) != 2 {
 			t.Errorf("Status = %+v, want a and b", f.Status())
 		}
+	})
+}
+
+// Listen: the writers of tenants on one server notify through a handle on
+// one database (relay.Notifier.Tenant), and the fleet listening there
+// relays the tenant a notification names at once, long before its next
+// probe; the others stay idle. On a database without LISTEN/NOTIFY, New
+// refuses Listen.
+func TestListenWakesTenants(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		if d.Name != "postgres" {
+			db := d.Open(t, d.NewDSN(t), nil)
+			_, err := fleet.New(&recorder{}, fleet.Config{Tenants: newWorld(t, d).list(), Listen: []*gorm.DB{db}})
+			if !errors.Is(err, relay.ErrNoNotify) {
+				t.Fatalf("New with Listen on %s: %v, want relay.ErrNoNotify", d.Name, err)
+			}
+			return
+		}
+		w := newWorld(t, d)
+		notifyDB := d.Open(t, pgtest.DSN(), nil)
+		channel := pgtest.Name("herald_fleet_") // the tests share the database
+		n, err := relay.NewNotifier(notifyDB, relay.NotifierConfig{Channel: channel, Logger: testkit.Quiet()})
+		testkit.Must(t, err)
+		testkit.Run(t, n.Run)
+		w.notify = n.Tenant
+		w.addShared("a")
+		w.addShared("b")
+		f := w.start(fleet.Config{MinProbe: time.Hour, MaxProbe: time.Hour, MaxBackoff: time.Hour, RefreshInterval: time.Hour,
+			Listen: []*gorm.DB{notifyDB}, Channel: channel})
+		testkit.Eventually(t, 10*time.Second, "the first probes", func() bool {
+			a, _ := status(f, "a")
+			b, _ := status(f, "b")
+			return a.State == "idle" && b.State == "idle"
+		})
+		testkit.Eventually(t, 10*time.Second, "the fleet's LISTEN", func() bool {
+			var n int
+			err := notifyDB.Raw(`SELECT count(*) FROM pg_stat_activity WHERE query = ?`, `LISTEN "`+channel+`"`).Row().Scan(&n)
+			return err == nil && n == 1
+		})
+		w.write("a", 1, 2)
+		w.wait("a", 2)
+		if n := w.pub.count("b"); n != 0 {
+			t.Fatalf("b: %d messages, want none", n)
+		}
+		w.write("b", 2, 1)
+		w.wait("b", 2)
 	})
 }
 

@@ -41,6 +41,7 @@ type world struct {
 	shared  *gorm.DB
 	down    sync.Map // tenant id -> error its Open fails with
 	pub     *recorder
+	notify  func(id string) func() // each writer's outboxhook.Config.Notify, when set
 }
 
 func newWorld(t *testing.T, d testkit.Dialect) *world {
@@ -95,7 +96,11 @@ func (w *world) addShared(id string) bool {
 func (w *world) writer(id, dsn string) {
 	w.t.Helper()
 	db := w.d.Open(w.t, dsn, nil)
-	testkit.Must(w.t, db.Use(outboxhook.New(outboxhook.Config{})))
+	var cfg outboxhook.Config
+	if w.notify != nil {
+		cfg.Notify = w.notify(id)
+	}
+	testkit.Must(w.t, db.Use(outboxhook.New(cfg)))
 	testkit.Must(w.t, db.AutoMigrate(&Account{}))
 	w.writers[id] = db
 }

@@ -150,7 +150,9 @@
 // Notifier and set Notify to its Notify method: it sends a debounced NOTIFY
 // (one statement on a connection of its pool), which the relay LISTENs for on
 // a connection it opens outside the pool of its handle (one more connection to
-// the database per relay). After a wake-up that finds
+// the database per relay). For a fleet's tenant, set Notify to the
+// Notifier's Tenant(id): its notifications name the tenant, which a
+// TenantListener (fleet.Config.Listen) wakes alone. After a wake-up that finds
 // nothing (the writer's transaction had not committed yet) the relay looks again
 // after 1, 4, 16, ... milliseconds.
 //

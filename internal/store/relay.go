@@ -216,10 +216,12 @@ type Leases interface {
 // return ErrNotSupported).
 type Waker interface {
 	// Listen holds a connection to db's database in LISTEN on channel and
-	// calls wake on each notification (and once when listening starts), until
-	// ctx is done or the connection fails. The connection is its own, not one
-	// of db's pool, which it would take for ever.
-	Listen(ctx context.Context, db *sql.DB, channel string, wake func()) error
-	// Notify sends one notification on channel.
-	Notify(ctx context.Context, db *sql.DB, channel string) error
+	// calls wake with each notification's payload (and once with "" when
+	// listening starts), until ctx is done or the connection fails. The
+	// connection is its own, not one of db's pool, which it would take for
+	// ever.
+	Listen(ctx context.Context, db *sql.DB, channel string, wake func(payload string)) error
+	// Notify sends one notification on channel, with an empty payload; with
+	// payloads, one notification each (in one statement).
+	Notify(ctx context.Context, db *sql.DB, channel string, payloads ...string) error
 }

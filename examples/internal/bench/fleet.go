@@ -84,6 +84,7 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 	memberTTL := fs.Duration("member-ttl", 3*time.Second, "scale: fleet.Config.MemberTTL (a killed member's tenants move after about it)")
 	memberConns := fs.Int("member-conns", 0, "scale: each process's fleet.Config.MaxConns (0: 48, or less so that the largest run fits the server's max_connections less 30)")
 	wake := fs.Bool("wake", true, "fair: the cold writers' hook wakes the fleet (outboxhook.Config.Notify = Fleet.Wake); false: the fleet finds their events by its probes")
+	notify := fs.Bool("notify", false, "fair, PostgreSQL: the cold writers' hook notifies its tenant through the bench's database (relay.Notifier.Tenant), where the fleet listens (fleet.Config.Listen), as writers in another process would; instead of -wake")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -124,7 +125,14 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 		case "idle":
 			err = fleetIdle(space, *shared, *idleTenants, *active, *rate, *relays, *warmup, *dur)
 		case "fair":
-			err = fleetFair(space, *shared, *hot, *cold, *dur, *wake)
+			w := wakeFleet
+			switch {
+			case *notify:
+				w = wakeNotify
+			case !*wake:
+				w = wakeNone
+			}
+			err = fleetFair(space, *shared, *hot, *cold, *dur, w)
 		case "scale":
 			var procs []int
 			if procs, err = intList(*processes); err == nil {
@@ -326,8 +334,8 @@ func fleetTenants(ts []tenantOutbox, pool *gorm.DB, open func(dsn string) (*gorm
 
 // newFleet is a fleet of the default configuration (the relays' too),
 // logging nothing.
-func newFleet(pub message.Publisher, tenants func(context.Context) ([]fleet.Tenant, error)) (*fleet.Fleet, error) {
-	return fleet.New(pub, fleet.Config{Tenants: tenants, Relay: relay.Config{Logger: discardLogger()}, Logger: discardLogger()})
+func newFleet(pub message.Publisher, tenants func(context.Context) ([]fleet.Tenant, error), listen ...*gorm.DB) (*fleet.Fleet, error) {
+	return fleet.New(pub, fleet.Config{Tenants: tenants, Relay: relay.Config{Logger: discardLogger()}, Logger: discardLogger(), Listen: listen})
 }
 
 // fleetDrained reads every tenant's figures through f.Stats (after f.Run
@@ -1199,13 +1207,24 @@ type fairResult struct {
 	hotDrained   time.Duration // when the last hot event was published, from the window's start
 }
 
+// wakeMode is how the fair part's cold writers tell the fleet of their
+// commits.
+type wakeMode int
+
+const (
+	wakeFleet  wakeMode = iota // Fleet.Wake, in the writers' process
+	wakeNotify                 // relay.Notifier.Tenant, the fleet listening (PostgreSQL)
+	wakeNone                   // not at all: the probes find the events
+)
+
 // fleetFair is the fair part: cold tenants committing an event a second each
 // without a hot tenant, then beside one with a backlog of hot events.
-func fleetFair(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, wake bool) error {
+func fleetFair(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, wake wakeMode) error {
 	bdb := space.bdb
 	fmt.Printf("Fairness on %s: %d cold tenants each committing one event a second (GORM Create with the outbox hook%s) for %s, one fleet (default configuration) "+
 		"publishing to a discarding publisher; commit->publish latency of the cold events (commit: Create returned; publish: the publisher's call), "+
-		"without and beside a hot tenant's backlog\n\n", bdb.name, cold, map[bool]string{true: ", which wakes the fleet (Fleet.Wake)", false: "; the fleet is not woken"}[wake], dur)
+		"without and beside a hot tenant's backlog\n\n", bdb.name, cold, []string{", which wakes the fleet (Fleet.Wake)",
+		", which notifies its tenant (relay.Notifier.Tenant) where the fleet listens (fleet.Config.Listen)", "; the fleet is not woken"}[wake], dur)
 	fmt.Println("| hot tenant's backlog | cold events | p50 | p90 | p99 | max | over 100 ms | hot events published in the window | hot backlog |")
 	fmt.Println("|---|---:|---:|---:|---:|---:|---:|---:|---|")
 	for _, h := range []int{0, hot} {
@@ -1242,7 +1261,7 @@ func fleetFair(space *fleetSpace, shared bool, hot, cold int, dur time.Duration,
 	return nil
 }
 
-func fairRun(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, wake bool) (fairResult, error) {
+func fairRun(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, wake wakeMode) (fairResult, error) {
 	var res fairResult
 	bdb := space.bdb
 	var ts []tenantOutbox
@@ -1273,7 +1292,25 @@ func fairRun(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, w
 		defer closeGorm(pool)
 	}
 	pub := &fairPublisher{hot: "hot_0000", hotAll: int64(hot), cold: newTimingPublisher()}
-	f, err := newFleet(pub, fleetTenants(ts, pool, bdb.open))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		notifier *relay.Notifier
+		listen   []*gorm.DB
+	)
+	if wake == wakeNotify { // one handle on the bench's database: the writers notify there, the fleet listens there
+		ndb, err := bdb.open(space.dsn)
+		if err != nil {
+			return res, err
+		}
+		defer closeGorm(ndb)
+		if notifier, err = relay.NewNotifier(ndb, relay.NotifierConfig{Logger: discardLogger()}); err != nil {
+			return res, err
+		}
+		go func() { _ = notifier.Run(ctx) }()
+		listen = append(listen, ndb)
+	}
+	f, err := newFleet(pub, fleetTenants(ts, pool, bdb.open), listen...)
 	if err != nil {
 		return res, err
 	}
@@ -1281,8 +1318,11 @@ func fairRun(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, w
 	for i, t := range colds {
 		id := t.id
 		notify := func() {}
-		if wake {
+		switch wake {
+		case wakeFleet:
 			notify = func() { f.Wake(id) }
+		case wakeNotify:
+			notify = notifier.Tenant(id)
 		}
 		db, err := bdb.open(t.dsn)
 		if err != nil {
@@ -1294,8 +1334,6 @@ func fairRun(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, w
 		}
 		writers[i] = db
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
 	stopFleet := func() error {

@@ -20,11 +20,12 @@ type waker struct{}
 
 // Listen opens a connection of its own, outside db's pool (with the
 // configuration of db's pgx connections), LISTENs on channel and calls wake
-// for each notification (and once on start, for what was committed
-// meanwhile), until ctx is done or the connection fails; then it closes the
-// connection. A session in LISTEN is never given back, so it takes none of
-// the application's pool: a pool of one connection keeps it for the saves.
-func (waker) Listen(ctx context.Context, db *sql.DB, channel string, wake func()) error {
+// with each notification's payload (and once with "" on start, for what was
+// committed meanwhile), until ctx is done or the connection fails; then it
+// closes the connection. A session in LISTEN is never given back, so it
+// takes none of the application's pool: a pool of one connection keeps it
+// for the saves.
+func (waker) Listen(ctx context.Context, db *sql.DB, channel string, wake func(payload string)) error {
 	cfg, err := connConfig(ctx, db)
 	if err != nil {
 		return err
@@ -42,12 +43,13 @@ func (waker) Listen(ctx context.Context, db *sql.DB, channel string, wake func()
 	if _, err := conn.Exec(ctx, `LISTEN `+ident.Name(channel).Quoted()); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	wake()
+	wake("")
 	for {
-		if _, err := conn.WaitForNotification(ctx); err != nil {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
 			return err
 		}
-		wake()
+		wake(n.Payload)
 	}
 }
 
@@ -77,8 +79,14 @@ func connConfig(ctx context.Context, db *sql.DB) (*pgx.ConnConfig, error) {
 }
 
 // Notify sends pg_notify(channel) from a connection of db, outside any
-// writer's transaction.
-func (waker) Notify(ctx context.Context, db *sql.DB, channel string) error {
-	_, err := db.ExecContext(ctx, `SELECT pg_notify($1, '')`, channel)
+// writer's transaction: with payloads, one notification each, in one
+// statement (one transaction: the server delivers each distinct payload
+// once).
+func (waker) Notify(ctx context.Context, db *sql.DB, channel string, payloads ...string) error {
+	if len(payloads) == 0 {
+		_, err := db.ExecContext(ctx, `SELECT pg_notify($1, '')`, channel)
+		return err
+	}
+	_, err := db.ExecContext(ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) p`, channel, payloads)
 	return err
 }

@@ -14,12 +14,12 @@ import (
 type NoWaker struct{}
 
 // Listen returns store.ErrNotSupported.
-func (NoWaker) Listen(context.Context, *sql.DB, string, func()) error {
+func (NoWaker) Listen(context.Context, *sql.DB, string, func(string)) error {
 	return fmt.Errorf("listen: %w", store.ErrNotSupported)
 }
 
 // Notify returns store.ErrNotSupported.
-func (NoWaker) Notify(context.Context, *sql.DB, string) error {
+func (NoWaker) Notify(context.Context, *sql.DB, string, ...string) error {
 	return fmt.Errorf("notify: %w", store.ErrNotSupported)
 }
 
