@@ -84,6 +84,7 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 	memberTTL := fs.Duration("member-ttl", 3*time.Second, "scale: fleet.Config.MemberTTL (a killed member's tenants move after about it)")
 	memberConns := fs.Int("member-conns", 0, "scale: each process's fleet.Config.MaxConns (0: 48, or less so that the largest run fits the server's max_connections less 30)")
 	wake := fs.Bool("wake", true, "fair: the cold writers' hook wakes the fleet (outboxhook.Config.Notify = Fleet.Wake); false: the fleet finds their events by its probes")
+	conns := fs.Int("conns", 0, "burn, idle, fair: the fleet's MaxConns (0: its default, 48)")
 	notify := fs.Bool("notify", false, "fair, PostgreSQL: the cold writers' hook notifies its tenant through the bench's database (relay.Notifier.Tenant), where the fleet listens (fleet.Config.Listen), as writers in another process would; instead of -wake")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -116,6 +117,7 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
+	space.conns = *conns
 	defer space.close()
 	for _, part := range strings.Split(*partsFlag, ",") {
 		var err error
@@ -159,6 +161,7 @@ type fleetSpace struct {
 	admin *sql.DB // PostgreSQL: on it; MySQL: on the server
 	drops []func()
 	made  map[string][]tenantOutbox // by name prefix
+	conns int                       // the fleets' MaxConns (-conns; 0: the default)
 }
 
 // tenantOutbox is one tenant's outbox.
@@ -332,10 +335,18 @@ func fleetTenants(ts []tenantOutbox, pool *gorm.DB, open func(dsn string) (*gorm
 	return func(context.Context) ([]fleet.Tenant, error) { return defs, nil }
 }
 
-// newFleet is a fleet of the default configuration (the relays' too),
-// logging nothing.
-func newFleet(pub message.Publisher, tenants func(context.Context) ([]fleet.Tenant, error), listen ...*gorm.DB) (*fleet.Fleet, error) {
-	return fleet.New(pub, fleet.Config{Tenants: tenants, Relay: relay.Config{Logger: discardLogger()}, Logger: discardLogger(), Listen: listen})
+// maxConns is the fleets' MaxConns, as the tables say it.
+func maxConns(space *fleetSpace) string {
+	if space.conns == 0 {
+		return "48, the default"
+	}
+	return fmt.Sprint(space.conns)
+}
+
+// newFleet is a fleet of the default configuration (the relays' too) but
+// MaxConns (-conns), logging nothing.
+func newFleet(space *fleetSpace, pub message.Publisher, tenants func(context.Context) ([]fleet.Tenant, error), listen ...*gorm.DB) (*fleet.Fleet, error) {
+	return fleet.New(pub, fleet.Config{Tenants: tenants, MaxConns: space.conns, Relay: relay.Config{Logger: discardLogger()}, Logger: discardLogger(), Listen: listen})
 }
 
 // fleetDrained reads every tenant's figures through f.Stats (after f.Run
@@ -392,7 +403,7 @@ func fleetBurn(space *fleetSpace, shared bool, tenants, per, rounds int, pubKind
 		mode = "each opened on demand (Tenant.Open)"
 	}
 	fmt.Printf("Burn-down on %s: one fleet over %d tenants × %d pending events (%s) against one relay over one outbox of %d, "+
-		"both unordered, default configurations, to %s\n\n", bdb.name, tenants, per, mode, n, pubKind)
+		"both unordered, default configurations (the fleet's MaxConns %s), to %s\n\n", bdb.name, tenants, per, mode, n, maxConns(space), pubKind)
 	fmt.Println("| round | scenario | events/s | time | CPU per event: all (bench process + database) | statements |")
 	fmt.Println("|---|---|---:|---:|---:|---:|")
 	var (
@@ -463,7 +474,7 @@ func burnFleet(space *fleetSpace, shared bool, tenants, per int, pubKind string)
 	}
 	defer closePub()
 	cp := &countingPublisher{Publisher: pub, want: int64(n), done: make(chan struct{})}
-	f, err := newFleet(cp, fleetTenants(ts, pool, open))
+	f, err := newFleet(space, cp, fleetTenants(ts, pool, open))
 	if err != nil {
 		return fig, err
 	}
@@ -990,7 +1001,7 @@ func fleetIdle(space *fleetSpace, shared bool, n, active, rate, relays int, warm
 				return nil, err
 			}
 		}
-		f, err := newFleet(pub, fleetTenants(ts, pool, func(dsn string) (*gorm.DB, error) { return openCounted(bdb, dsn, fleetApp) }))
+		f, err := newFleet(space, pub, fleetTenants(ts, pool, func(dsn string) (*gorm.DB, error) { return openCounted(bdb, dsn, fleetApp) }))
 		if err != nil {
 			return nil, err
 		}
@@ -1310,7 +1321,7 @@ func fairRun(space *fleetSpace, shared bool, hot, cold int, dur time.Duration, w
 		go func() { _ = notifier.Run(ctx) }()
 		listen = append(listen, ndb)
 	}
-	f, err := newFleet(pub, fleetTenants(ts, pool, bdb.open), listen...)
+	f, err := newFleet(space, pub, fleetTenants(ts, pool, bdb.open), listen...)
 	if err != nil {
 		return res, err
 	}
