@@ -85,6 +85,7 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 	memberConns := fs.Int("member-conns", 0, "scale: each process's fleet.Config.MaxConns (0: 48, or less so that the largest run fits the server's max_connections less 30)")
 	wake := fs.Bool("wake", true, "fair: the cold writers' hook wakes the fleet (outboxhook.Config.Notify = Fleet.Wake); false: the fleet finds their events by its probes")
 	conns := fs.Int("conns", 0, "burn, idle, fair: the fleet's MaxConns (0: its default, 48)")
+	cpuprofile := fs.String("cpuprofile", "", "burn: write a CPU profile of the fleet's runs (not the set-up, not the single relay's) to this file")
 	notify := fs.Bool("notify", false, "fair, PostgreSQL: the cold writers' hook notifies its tenant through the bench's database (relay.Notifier.Tenant), where the fleet listens (fleet.Config.Listen), as writers in another process would; instead of -wake")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -117,7 +118,7 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 	if err != nil {
 		return err
 	}
-	space.conns = *conns
+	space.conns, space.profile = *conns, *cpuprofile
 	defer space.close()
 	for _, part := range strings.Split(*partsFlag, ",") {
 		var err error
@@ -155,13 +156,14 @@ func runFleet(fs *flag.FlagSet, args []string) error {
 // own, a schema per tenant; on MySQL a database per tenant; on SQLite a file
 // per tenant (the bench's scratch file). close drops them all.
 type fleetSpace struct {
-	bdb   benchDB
-	name  string  // PostgreSQL: the space's database
-	dsn   string  // PostgreSQL: its DSN
-	admin *sql.DB // PostgreSQL: on it; MySQL: on the server
-	drops []func()
-	made  map[string][]tenantOutbox // by name prefix
-	conns int                       // the fleets' MaxConns (-conns; 0: the default)
+	bdb     benchDB
+	name    string  // PostgreSQL: the space's database
+	dsn     string  // PostgreSQL: its DSN
+	admin   *sql.DB // PostgreSQL: on it; MySQL: on the server
+	drops   []func()
+	made    map[string][]tenantOutbox // by name prefix
+	conns   int                       // the fleets' MaxConns (-conns; 0: the default)
+	profile string                    // burn: the fleet runs' CPU profile (-cpuprofile)
 }
 
 // tenantOutbox is one tenant's outbox.
@@ -478,10 +480,15 @@ func burnFleet(space *fleetSpace, shared bool, tenants, per int, pubKind string)
 	if err != nil {
 		return fig, err
 	}
+	stopProfile, err := startProfile(space.profile)
+	if err != nil {
+		return fig, err
+	}
 	cpu0 := fleetCPU(bdb)
 	timingStart()
 	err = runUntil(f.Run, cp.done)
 	fig.stmts = byStatement(timingStop())
+	stopProfile()
 	if err != nil {
 		return fig, fmt.Errorf("fleet: %w", err)
 	}

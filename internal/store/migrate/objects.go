@@ -5,29 +5,26 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 )
 
-// statements reads file from fsys and splits it into statements: comment
+// statements splits a migration file's content into statements: comment
 // lines dropped, a statement ending with a line that ends in ";". Two kinds of
 // comment are Herald's own (goose and golang-migrate read them as comments):
 // a line starting "-- herald: " is a line of a statement only Herald runs
 // (one whose effect plain SQL cannot make conditional: Herald looks it up
 // first), and "-- herald:check <query>" is the query that tells whether the
 // next statement's effect is there already (store.Object.Check).
-func statements(fsys fs.FS, file string) ([]statement, error) {
-	b, err := fs.ReadFile(fsys, file)
-	if err != nil {
-		return nil, err
-	}
+func statements(file string) []statement {
 	var (
 		out   []statement
 		cur   strings.Builder
 		check string
 	)
-	for line := range strings.SplitSeq(string(b), "\n") {
+	for line := range strings.SplitSeq(file, "\n") {
 		trimmed := strings.TrimSpace(line)
 		switch {
 		case strings.HasPrefix(trimmed, heraldCheck):
@@ -50,7 +47,7 @@ func statements(fsys fs.FS, file string) ([]statement, error) {
 	if s := strings.TrimSpace(cur.String()); s != "" {
 		out = append(out, statement{s, check})
 	}
-	return out, nil
+	return out
 }
 
 // statement is one statement of a migration file, with its check.
@@ -67,8 +64,7 @@ const (
 // (def_*_idx, def_*_key) unqualified, as index names are.
 func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) string {
 	qc := quote(ident.Table{Name: "x"})[:1] // the quote character
-	re := regexp.MustCompile(regexp.QuoteMeta(qc+def) + `(_[a-z_]+)?` + regexp.QuoteMeta(qc))
-	return re.ReplaceAllStringFunc(stmt, func(m string) string {
+	return renderRE(qc, def).ReplaceAllStringFunc(stmt, func(m string) string {
 		suffix := strings.TrimSuffix(strings.TrimPrefix(m, qc+def), qc)
 		switch {
 		case suffix == "":
@@ -81,6 +77,19 @@ func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) str
 	})
 }
 
+// renderREs are Render's expressions, by quote character and default table:
+// a fleet checks a schema per tenant, every statement rendered.
+var renderREs sync.Map // qc+def -> *regexp.Regexp
+
+func renderRE(qc, def string) *regexp.Regexp {
+	if re, ok := renderREs.Load(qc + def); ok {
+		return re.(*regexp.Regexp)
+	}
+	re := regexp.MustCompile(regexp.QuoteMeta(qc+def) + `(_[a-z_]+)?` + regexp.QuoteMeta(qc))
+	renderREs.Store(qc+def, re)
+	return re
+}
+
 var (
 	createdRE   = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
 	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?([^\s;]+)`)
@@ -89,11 +98,43 @@ var (
 	stepRE      = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
 )
 
+// parsed is a migration statement as Objects reads it, before rendering: what
+// it makes and the names it gives, as the file writes them.
+type parsed struct {
+	statement
+	created, column, dropIndex, step []string // the expressions' submatches (nil: no match)
+	optional                         bool     // a virtual column
+}
+
+// parsedFiles are the migration files' statements parsed, by the file's
+// content: the same for every table they are rendered for.
+var parsedFiles sync.Map // content -> []parsed
+
+// parse reads file from fsys and parses its statements (statements), once
+// per content.
+func parse(fsys fs.FS, file string) ([]parsed, error) {
+	b, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		return nil, err
+	}
+	if ps, ok := parsedFiles.Load(string(b)); ok {
+		return ps.([]parsed), nil
+	}
+	stmts := statements(string(b))
+	ps := make([]parsed, len(stmts))
+	for i, s := range stmts {
+		ps[i] = parsed{statement: s, created: createdRE.FindStringSubmatch(s.sql), column: columnRE.FindStringSubmatch(s.sql),
+			dropIndex: dropIndexRE.FindStringSubmatch(s.sql), step: stepRE.FindStringSubmatch(s.sql), optional: virtualRE.MatchString(s.sql)}
+	}
+	parsedFiles.Store(string(b), ps)
+	return ps, nil
+}
+
 // Objects renders the statements of migration file for table t and says what
 // each makes: the names in the file that are def or derived from it (def_*)
 // become t's (Render); with def "" nothing is rendered.
 func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
-	stmts, err := statements(fsys, file)
+	stmts, err := parse(fsys, file)
 	if err != nil {
 		return nil, err
 	}
@@ -113,25 +154,25 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 	out := make([]store.Object, 0, len(stmts))
 	for _, s := range stmts {
 		o := store.Object{File: file, SQL: render(s.sql)}
-		if m := createdRE.FindStringSubmatch(s.sql); m != nil {
+		if m := s.created; m != nil {
 			o.Kind, o.Name = store.KindTable, name(m[4])
 			if strings.EqualFold(m[2], "INDEX") {
 				o.Kind, o.On = store.KindIndex, name(m[5])
 			}
-		} else if m := columnRE.FindStringSubmatch(s.sql); m != nil {
+		} else if m := s.column; m != nil {
 			o.Kind, o.Name, o.Column = store.KindColumn, name(m[1]), strings.Trim(m[2], "\"`")
-			o.Optional = virtualRE.MatchString(s.sql)
+			o.Optional = s.optional
 		} else if len(out) > 0 && s.check == "" {
 			last := &out[len(out)-1]
 			last.After = append(last.After, o.SQL)
-			if m := dropIndexRE.FindStringSubmatch(s.sql); m != nil && last.Kind == store.KindIndex {
+			if m := s.dropIndex; m != nil && last.Kind == store.KindIndex {
 				last.Replaces = true
 				last.Drops = append(last.Drops, name(m[1]))
 			}
 			continue
 		} else {
 			o.Kind, o.Check = store.KindStep, render(s.check)
-			if m := stepRE.FindStringSubmatch(s.sql); m != nil {
+			if m := s.step; m != nil {
 				o.Name = name(m[1])
 			}
 		}
