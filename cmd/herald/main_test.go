@@ -528,7 +528,7 @@ func TestRequeueWakesRelays(t *testing.T) {
 	testkit.Must(t, err)
 	go func() {
 		defer close(done)
-		_ = d.Waker().Listen(ctx, sqlDB, "herald_ops_test", func() { woken <- struct{}{} })
+		_ = d.Waker().Listen(ctx, sqlDB, "herald_ops_test", func(string) { woken <- struct{}{} })
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	select {
