@@ -88,9 +88,10 @@ func (f *Fleet) Instance() string { return f.cfg.Relay.InstanceID }
 // Wake tells the fleet that events of tenant id were committed: it is
 // relayed as soon as a place is free, without waiting for its next probe.
 // Call it from the writers' process (outboxhook.Config.Notify); it never
-// blocks. Notifications naming a tenant call it too (Config.Listen). An id the fleet does not know yet makes it call Config.Tenants
-// again at once (at most once a second), so that a tenant added since the
-// last refresh is relayed at once too.
+// blocks. Notifications naming a tenant call it too (Config.Listen). An id
+// the fleet does not know yet makes it call Config.Tenants again at once (at
+// most once a second), so that a tenant added since the last refresh is
+// relayed at once too.
 func (f *Fleet) Wake(id string) {
 	f.mu.Lock()
 	f.woken[id] = true

@@ -94,10 +94,10 @@ const beatGrace = 5 * time.Second
 // missing: unordered relays need it for nothing else, and a table that exists
 // needs no right to create one) and the beat tried again. After a beat, it
 // prunes the table (pruner). A failure, to make the table (no right to) or
-// to beat, is logged at a
-// limited rate and retried, backing off (faultBackoff from
-// heartbeatInterval): the relay publishes all the same, and its heartbeat
-// resumes once the fault is gone. The row is kept when the relay stops.
+// to beat, is logged at a limited rate and retried, backing off
+// (faultBackoff from heartbeatInterval): the relay publishes all the same,
+// and its heartbeat resumes once the fault is gone. The row is kept when the
+// relay stops.
 func (r *Relay) heartbeat(ctx context.Context) {
 	hb := r.drv.Heartbeats(r.table)
 	lim := newLimiter(5 * time.Minute)
