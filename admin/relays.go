@@ -36,10 +36,11 @@ type Relays struct {
 	// first, then the most recently seen.
 	Instances []RelayInstance `json:"instances"`
 	// Ordered is true when the outbox is relayed in ordered mode: a relay
-	// alive holds partition leases or, none alive, an ordered relay ran on
+	// alive holds partition leases or, none does, an ordered relay ran on
 	// it (its partitions' rows are in the lease table; a fleet's ordered
-	// tenant gives its leases back after each run). False while an
-	// unordered relay alone is alive, and where no ordered relay ever ran.
+	// tenant gives its leases back after each run, and its row may outlive
+	// them a moment). False where no ordered relay ever ran; an outbox
+	// moved from ordered to unordered mode still counts as ordered.
 	Ordered bool `json:"ordered"`
 	// Due counts the pending events whose next attempt is due, and
 	// OverdueSeconds is how long the longest-due of them has been due.
@@ -89,7 +90,7 @@ func (r Relays) LastSeen() (time.Duration, bool) {
 // instance table, the partition leases (ordered mode) and the due backlog.
 // It costs three reads: the instance table (a row per relay), the lease
 // table (a row per partition) and the due pending events; a fourth, of one
-// row of the lease table, when no relay is alive (Ordered).
+// row of the lease table, when no relay alive holds a lease (Ordered).
 func (o *Outbox) Relays(ctx context.Context) (Relays, error) {
 	rs := Relays{AliveWithinSeconds: o.cfg.RelayTimeout.Seconds(), Instances: []RelayInstance{}}
 	hb := o.drv.Heartbeats(o.table)
@@ -158,7 +159,7 @@ func (o *Outbox) Relays(ctx context.Context) (Relays, error) {
 			rs.Ordered = rs.Ordered || i.Partitions > 0
 		}
 	}
-	if ok && rs.Alive == 0 { // the lease table exists: did an ordered relay run?
+	if ok && !rs.Ordered { // the lease table exists: did an ordered relay run?
 		if rs.Ordered, err = hb.Seeded(ctx, o.db); err != nil {
 			return Relays{}, fmt.Errorf("admin: relays: partitions: %w", err)
 		}
