@@ -119,6 +119,7 @@ type position struct {
 	gen      uint64    // bumped by every move back: a claim that began before it does not move forward
 	frontier time.Time // database time; zero until known
 	checked  time.Time // local time the last frontier read began
+	claimed  bool      // a claim began (the first reads no frontier)
 
 	// unordered
 	at    key
@@ -213,9 +214,18 @@ func (p *position) wait(part int32, w waiting) {
 	p.waits[part] = append(ws, w)
 }
 
-// checkDue reports whether this claim reads the frontier: the first claim,
-// and then one every frontierEvery.
+// checkDue reports whether this claim reads the frontier: the second
+// claim, and then one every frontierEvery. The first claim starts at the
+// head, and no frontier read during a claim moves the position after it:
+// its read would serve the next claim only, and a relay whose first claim
+// is its last (a fleet tenant's short backlog, drained at once) would pay
+// for it (pg_locks, every lock of the server, half of a cold claim's
+// cost) for nothing. A relay with more to claim reads it at its second.
 func (p *position) checkDue() bool {
+	if !p.claimed {
+		p.claimed = true
+		return false
+	}
 	if now := p.now(); now.Sub(p.checked) >= frontierEvery {
 		p.checked = now
 		return true

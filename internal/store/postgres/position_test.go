@@ -78,13 +78,16 @@ func TestPositionKeyOrder(t *testing.T) {
 	}
 }
 
-// The first claim reads the frontier; then one claim every frontierEvery
-// does, by this process's clock, in either mode.
+// The first claim reads no frontier, the second does; then one claim every
+// frontierEvery does, by this process's clock, in either mode.
 func TestPositionFrontierReadEvery(t *testing.T) {
 	t.Parallel()
 	p, c := newTestPosition()
+	if st := p.unorderedStart(false); st.check {
+		t.Fatal("first claim: want no frontier read (it starts at the head, and no read moves the position after it)")
+	}
 	if st := p.unorderedStart(false); !st.check {
-		t.Fatal("first claim: want it to read the frontier")
+		t.Fatal("second claim: want it to read the frontier")
 	}
 	c.advance(frontierEvery - time.Millisecond)
 	if st := p.unorderedStart(false); st.check {
