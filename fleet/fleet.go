@@ -2,6 +2,7 @@ package fleet
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,17 +39,18 @@ type Fleet struct {
 	running atomic.Bool
 	listen  []*relay.TenantListener // Config.Listen's
 
-	mu      sync.Mutex
-	tenants map[string]*tenant
-	queue   []*tenant // tenants with work waiting for a place, first come first
-	woken   map[string]bool
-	probing int
-	unknown bool     // a woken id is not a tenant yet: refresh
-	listed  bool     // Config.Tenants was called (Stats before Run calls it)
-	members []string // the live members, with Config.Members
-	labels  int      // tenants whose metrics carry their tenant
-	unobs   []func() // gauges of pools let go, unregistered by Run outside mu (unobserve)
-	wg      sync.WaitGroup
+	mu         sync.Mutex
+	tenants    map[string]*tenant
+	queue      []*tenant // tenants with work waiting for a place, first come first
+	woken      map[string]bool
+	probing    int
+	unknown    bool                    // a woken id is not a tenant yet: refresh
+	listed     bool                    // Config.Tenants was called (Stats before Run calls it)
+	members    []string                // the live members, with Config.Members
+	labels     int                     // tenants whose metrics carry their tenant
+	unobs      []func()                // gauges of pools let go, unregistered by Run outside mu (unobserve)
+	probeConns map[*gorm.DB]*probeConn // by shared pool (Tenant.DB), made at its first probe
+	wg         sync.WaitGroup
 }
 
 // New returns a fleet that relays the tenants cfg.Tenants returns to pub. It
@@ -407,11 +409,21 @@ type probeResult struct {
 	err error
 }
 
-// probe runs the probe statement of ts on one connection of the budget:
-// one tenant's, or one for them all (the tenants of one shared pool); when
-// that fails, each tenant's alone, so that an error is its own tenant's.
+// probe runs the probe statement of ts on one connection of the budget (a
+// shared pool's probe connection, see probeConn): one tenant's, or one for
+// them all (the tenants of one shared pool); when that fails, each tenant's
+// alone through its pool, so that an error is its own tenant's.
 func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 	res := make([]probeResult, len(ts))
+	// The tenants of a shared pool that are not failing are probed on its
+	// probe connection (probeConn), one probe at a time: taken before a
+	// place of the budget, so that a probe waiting for it holds none.
+	var pc *probeConn
+	if db := ts[0].def.DB; db != nil && ts[0].fails == 0 {
+		pc = f.probeConnOf(db)
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+	}
 	if err := f.conns.acquire(ctx, 1); err != nil {
 		for i := range res {
 			res[i].err = err
@@ -430,10 +442,24 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		ps[i] = p
 	}
 	defer f.clean(ctx, ts, ps, res) // after the probe, on its connection
+	var pinned *sql.Conn
+	if pc != nil && ps[0] != nil {
+		pinned, _ = pc.take(ctx, ps[0].sql) // none: the pool's connections, as below
+	}
 	if len(ts) > 1 && !slices.Contains(ps, nil) {
 		hbs := make([]store.Heartbeats, len(ps))
 		for i, p := range ps {
 			hbs[i] = p.hb
+		}
+		if pinned != nil {
+			nexts, err := sqlkit.Nexts(ctx, pinned, hbs)
+			if err == nil {
+				for i, n := range nexts {
+					res[i].Next = n
+				}
+				return res
+			}
+			pc.drop()
 		}
 		if nexts, err := sqlkit.Nexts(ctx, ps[0].sql, hbs); err == nil {
 			for i, n := range nexts {
@@ -443,9 +469,16 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		}
 	}
 	for i, p := range ps {
-		if p != nil {
-			res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, p.sql)
+		if p == nil {
+			continue
 		}
+		if pinned != nil && pc.conn != nil && len(ts) == 1 {
+			if res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, pinned); res[i].err == nil {
+				continue
+			}
+			pc.drop() // and probed again through the pool, where its error is its own
+		}
+		res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, p.sql)
 	}
 	return res
 }
@@ -600,6 +633,7 @@ func (f *Fleet) shutdown() {
 	}
 	f.mu.Unlock()
 	f.unobserve()
+	f.closeProbeConns()
 }
 
 // open returns t's pool, opening it (Tenant.Open) when it is closed, with

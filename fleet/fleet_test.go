@@ -378,3 +378,53 @@ func TestMembersShareTenants(t *testing.T) {
 		}
 	})
 }
+
+// The probes of a shared pool's tenants run on one connection the fleet
+// keeps from that pool between probes (a server process that read their
+// tables before); Run gives it back when it ends.
+func TestSharedPoolProbeConnection(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		if !w.addShared("a") {
+			t.Skip("no shared pool on this dialect")
+		}
+		w.addShared("b")
+		pool, err := w.shared.DB()
+		testkit.Must(t, err)
+		f, err := fleet.New(w.pub, fleet.Config{Tenants: w.list(), MinProbe: 10 * time.Millisecond, MaxProbe: 20 * time.Millisecond,
+			MaxConns: 10, Logger: testkit.Quiet(), Relay: relay.Config{PollInterval: 50 * time.Millisecond, Logger: testkit.Quiet()}})
+		testkit.Must(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		defer func() {
+			cancel()
+			<-done
+		}()
+		w.write("a", 1, 2)
+		w.wait("a", 2)
+		w.write("b", 1, 2)
+		w.wait("b", 2)
+		// Idle once their runs ended, probed every 20ms at most: one
+		// connection in use all along.
+		testkit.Eventually(t, 5*time.Second, "the runs' connections given back", func() bool { return pool.Stats().InUse == 1 })
+		lowest, highest := 99, 0
+		for range 50 {
+			n := pool.Stats().InUse
+			lowest, highest = min(lowest, n), max(highest, n)
+			time.Sleep(10 * time.Millisecond)
+		}
+		if lowest != 1 || highest != 1 {
+			t.Errorf("idle tenants of a shared pool: %d to %d connections of the pool in use, want the probe connection alone, held", lowest, highest)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		done <- nil
+		if n := pool.Stats().InUse; n != 0 {
+			t.Errorf("after Run: %d connections of the shared pool in use, want 0", n)
+		}
+	})
+}
