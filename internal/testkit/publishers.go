@@ -83,13 +83,20 @@ func (p *Failing) Publish(topic string, msgs ...*message.Message) error {
 }
 
 // Refusing refuses every Publish call to Topic while Refusing is set, and
-// records when each refused call started, per message UUID.
+// records when each refused call started, per message UUID, and whether it
+// carried the message alone.
 type Refusing struct {
 	message.Publisher
 	Topic    string
 	Refusing atomic.Bool
 	mu       sync.Mutex
-	refused  map[string][]time.Time
+	refused  map[string][]refusal
+}
+
+// refusal is a refused call of one message: when, and whether alone.
+type refusal struct {
+	at    time.Time
+	alone bool
 }
 
 // Publish refuses calls to Topic while Refusing is set.
@@ -99,29 +106,33 @@ func (p *Refusing) Publish(topic string, msgs ...*message.Message) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if p.refused == nil {
-			p.refused = map[string][]time.Time{}
+			p.refused = map[string][]refusal{}
 		}
 		for _, m := range msgs {
-			p.refused[m.UUID] = append(p.refused[m.UUID], now)
+			p.refused[m.UUID] = append(p.refused[m.UUID], refusal{now, len(msgs) == 1})
 		}
 		return errors.New("stream refused for this topic")
 	}
 	return p.Publisher.Publish(topic, msgs...)
 }
 
-// Attempts returns, per message UUID, the start of each refused attempt: calls
-// less than gap apart (a chunk, then the same event alone) are one attempt.
-func (p *Refusing) Attempts(gap time.Duration) map[string][]time.Time {
+// Attempts returns, per message UUID, the start of each refused attempt. An
+// attempt is one call, or a chunk then the same message alone (the relay
+// tries a refused chunk's messages one by one): a call alone less than
+// within after a chunk call is that chunk's attempt. Any other call, however
+// soon, is an attempt of its own.
+func (p *Refusing) Attempts(within time.Duration) map[string][]time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := map[string][]time.Time{}
 	for id, calls := range p.refused {
 		calls = slices.Clone(calls)
-		slices.SortFunc(calls, func(a, b time.Time) int { return a.Compare(b) })
-		for _, c := range calls {
-			if n := len(out[id]); n == 0 || c.Sub(out[id][n-1]) >= gap {
-				out[id] = append(out[id], c)
+		slices.SortFunc(calls, func(a, b refusal) int { return a.at.Compare(b.at) })
+		for i, c := range calls {
+			if i > 0 && c.alone && !calls[i-1].alone && c.at.Sub(calls[i-1].at) < within {
+				continue
 			}
+			out[id] = append(out[id], c.at)
 		}
 	}
 	return out

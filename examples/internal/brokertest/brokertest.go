@@ -180,6 +180,10 @@ type NATSServer struct {
 	Port int
 	dir  string
 	cmd  *exec.Cmd
+	// exited is closed when the process launched last exits (err then
+	// holds how), the output is in the server's log file.
+	exited chan struct{}
+	err    error
 	// Name, ClusterPort and routes: the node's server name, its cluster
 	// listener and the other nodes' cluster URLs (StartNATSCluster).
 	Name        string
@@ -225,7 +229,13 @@ func (s *NATSServer) Start() error {
 	return s.ready()
 }
 
-// launch starts the server's process (again), without waiting for it.
+// logPath is where the server's output goes, beside its store.
+func (s *NATSServer) logPath() string {
+	return filepath.Join(s.dir, fmt.Sprintf("nats-server-%d.log", s.Port))
+}
+
+// launch starts the server's process (again), without waiting for it; its
+// output is appended to its log file.
 func (s *NATSServer) launch() error {
 	bin := "nats-server"
 	if _, err := exec.LookPath(bin); err != nil {
@@ -236,20 +246,52 @@ func (s *NATSServer) launch() error {
 		args = append(args, "-n", s.Name, "--cluster_name", "herald", "--cluster", fmt.Sprintf("nats://127.0.0.1:%d", s.ClusterPort),
 			"--routes", strings.Join(s.routes, ","))
 	}
-	s.cmd = exec.Command(bin, args...)
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return fmt.Errorf("brokertest: nats-server store: %w", err)
+	}
+	out, err := os.OpenFile(s.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fmt.Errorf("brokertest: nats-server log: %w", err)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		_ = out.Close()
 		return fmt.Errorf("brokertest: start nats-server: %w", err)
 	}
+	exited := make(chan struct{})
+	s.cmd, s.exited = cmd, exited
+	go func() {
+		s.err = cmd.Wait()
+		_ = out.Close()
+		close(exited)
+	}()
 	return nil
 }
 
 // ready waits until the server's JetStream answers (in a cluster: once the
-// cluster elected its meta leader).
+// cluster elected its meta leader), up to a minute: a restart recovers the
+// store first, which takes long on a loaded machine. A process that exits
+// before (its port not yet free again, say) is started again, twice at most.
 func (s *NATSServer) ready() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	relaunched := 0
 	for ctx.Err() == nil {
+		select {
+		case <-s.exited:
+			if relaunched == 2 {
+				return fmt.Errorf("brokertest: nats-server on :%d exited (%v): %s", s.Port, s.err, s.logTail())
+			}
+			relaunched++
+			time.Sleep(500 * time.Millisecond)
+			if err := s.launch(); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
 		if nc, err := nats.Connect(s.URL(), nats.Timeout(200*time.Millisecond)); err == nil {
 			js, _ := nc.JetStream()
 			_, err = js.AccountInfo()
@@ -260,7 +302,19 @@ func (s *NATSServer) ready() error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	return fmt.Errorf("brokertest: JetStream on :%d not ready", s.Port)
+	return fmt.Errorf("brokertest: JetStream on :%d not ready within a minute: %s", s.Port, s.logTail())
+}
+
+// logTail is the end of the server's log file.
+func (s *NATSServer) logTail() string {
+	b, err := os.ReadFile(s.logPath())
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 2000 {
+		b = b[len(b)-2000:]
+	}
+	return string(b)
 }
 
 // Stop kills the server (SIGKILL, by pid) and waits for it to exit.
@@ -269,7 +323,7 @@ func (s *NATSServer) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Kill()
-	_, _ = s.cmd.Process.Wait()
+	<-s.exited
 	s.cmd = nil
 }
 
