@@ -61,33 +61,51 @@ const (
 // Render puts table t where a migration statement names the default table def
 // (quoted with q's quote character): the table itself and the tables derived
 // from it (def_leases) qualified as t is, the indexes and keys derived from it
-// (def_*_idx, def_*_key) unqualified, as index names are.
+// (def_*_idx, def_*_key) unqualified, as index names are. A name is the quote
+// character, def, optionally "_" and more of [a-z_], and the quote character
+// (the expression renderRE in the tests); a fleet renders every statement for
+// each tenant, so it is scanned for by hand.
 func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) string {
 	qc := quote(ident.Table{Name: "x"})[:1] // the quote character
-	return renderRE(qc, def).ReplaceAllStringFunc(stmt, func(m string) string {
-		suffix := strings.TrimSuffix(strings.TrimPrefix(m, qc+def), qc)
+	head := qc + def
+	var b strings.Builder
+	rest, replaced := stmt, false
+	for {
+		i := strings.Index(rest, head)
+		if i < 0 {
+			break
+		}
+		j := i + len(head)
+		k := j
+		for k < len(rest) && (rest[k] == '_' || 'a' <= rest[k] && rest[k] <= 'z') {
+			k++
+		}
+		suffix := rest[j:k]
+		if !strings.HasPrefix(rest[k:], qc) || suffix != "" && (suffix[0] != '_' || len(suffix) < 2) {
+			b.WriteString(rest[:i+1])
+			rest = rest[i+1:]
+			continue
+		}
+		if !replaced {
+			b.Grow(len(stmt) + 64)
+			replaced = true
+		}
+		b.WriteString(rest[:i])
 		switch {
 		case suffix == "":
-			return quote(t)
+			b.WriteString(quote(t))
 		case strings.HasSuffix(suffix, "_idx"), strings.HasSuffix(suffix, "_key"):
-			return quote(ident.Table{Name: t.Derived(suffix).Name})
+			b.WriteString(quote(ident.Table{Name: t.Derived(suffix).Name}))
 		default:
-			return quote(t.Derived(suffix))
+			b.WriteString(quote(t.Derived(suffix)))
 		}
-	})
-}
-
-// renderREs are Render's expressions, by quote character and default table:
-// a fleet checks a schema per tenant, every statement rendered.
-var renderREs sync.Map // qc+def -> *regexp.Regexp
-
-func renderRE(qc, def string) *regexp.Regexp {
-	if re, ok := renderREs.Load(qc + def); ok {
-		return re.(*regexp.Regexp)
+		rest = rest[k+len(qc):]
 	}
-	re := regexp.MustCompile(regexp.QuoteMeta(qc+def) + `(_[a-z_]+)?` + regexp.QuoteMeta(qc))
-	renderREs.Store(qc+def, re)
-	return re
+	if !replaced {
+		return stmt
+	}
+	b.WriteString(rest)
+	return b.String()
 }
 
 var (

@@ -1,6 +1,11 @@
 package migrate
 
 import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 	"testing/fstest"
 
@@ -28,5 +33,74 @@ func TestRelayObjectsAddTheGeneration(t *testing.T) {
 	if add.Column != "generation" || add.Name.String() != "app.events_leases" || add.Kind != store.KindColumn ||
 		add.SQL != `ALTER TABLE "app"."events_leases" ADD COLUMN IF NOT EXISTS generation bigint NOT NULL DEFAULT 0` {
 		t.Fatalf("the column object = %+v", add)
+	}
+}
+
+// renderRE is what Render scans for: the quote character, def, optionally
+// "_" and more of [a-z_], and the quote character.
+func renderRE(qc, def string) *regexp.Regexp {
+	return regexp.MustCompile(regexp.QuoteMeta(qc+def) + `(_[a-z_]+)?` + regexp.QuoteMeta(qc))
+}
+
+// renderByRE is Render through renderRE, the reference Render's scan keeps to.
+func renderByRE(stmt, def string, t ident.Table, quote func(ident.Table) string) string {
+	qc := quote(ident.Table{Name: "x"})[:1]
+	return renderRE(qc, def).ReplaceAllStringFunc(stmt, func(m string) string {
+		suffix := strings.TrimSuffix(strings.TrimPrefix(m, qc+def), qc)
+		switch {
+		case suffix == "":
+			return quote(t)
+		case strings.HasSuffix(suffix, "_idx"), strings.HasSuffix(suffix, "_key"):
+			return quote(ident.Table{Name: t.Derived(suffix).Name})
+		default:
+			return quote(t.Derived(suffix))
+		}
+	})
+}
+
+// Render renders every statement of every driver's migrations as the
+// expression it scans for by hand does, for tables with and without a
+// schema, and statements made to trip a scan.
+func TestRenderAsTheExpression(t *testing.T) {
+	backtick := func(t ident.Table) string {
+		if t.Schema != "" {
+			return "`" + string(t.Schema) + "`.`" + string(t.Name) + "`"
+		}
+		return "`" + string(t.Name) + "`"
+	}
+	stmts := []string{
+		`CREATE INDEX "outbox_messages_pending_idx" ON "outbox_messages" (x)`,
+		`"outbox_messages" "outbox_messages_" "outbox_messages_a" "outbox_messagesx" "outbox_messages_A" "outbox_messages_a_b_c"`,
+		`"outbox_messages"outbox_messages" ""outbox_messages"" "outbox_messages_x_idx"x"outbox_messages_leases"`,
+		`no name here`, ``, `"outbox_messages`, `outbox_messages"`, `"outbox_messages__"`, `"outbox_messages_1"`,
+	}
+	for _, dir := range []string{"../postgres/migrations", "../postgres/migrations/partitioned", "../mysql/migrations", "../sqlite/migrations"} {
+		names, err := fs.Glob(os.DirFS(dir), "*.sql")
+		if err != nil || len(names) == 0 {
+			t.Fatalf("%s: %v (%d files)", dir, err, len(names))
+		}
+		for _, n := range names {
+			b, err := os.ReadFile(filepath.Join(dir, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, st := range statements(string(b)) {
+				stmts = append(stmts, st.sql, st.check)
+			}
+		}
+	}
+	for _, table := range []string{"outbox_messages", "events", "app.events", "tenant_0042.outbox_messages"} {
+		tb := ident.MustTable(table)
+		for _, quote := range []func(ident.Table) string{ident.Table.Quoted, backtick} {
+			for _, def := range []string{store.DefaultOutbox, store.DefaultInbox} {
+				for _, st := range stmts {
+					for _, s := range []string{st, strings.ReplaceAll(st, `"`, "`")} {
+						if got, want := Render(s, def, tb, quote), renderByRE(s, def, tb, quote); got != want {
+							t.Fatalf("Render(%q, %s, %s):\n got  %q\n want %q", s, def, table, got, want)
+						}
+					}
+				}
+			}
+		}
 	}
 }

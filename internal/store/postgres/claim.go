@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -56,15 +57,44 @@ func nulls(n int) string {
 	return strings.TrimSuffix(strings.Repeat("NULL, ", n), ", ")
 }
 
-// claimQueries are the claims' statements, and the probe's.
+// claimQueries are the claims' statements: the unordered claim's, and
+// ordered mode's (the claim's, the probe's of the sweep and the
+// confirmation's), made at their first use: a fleet makes a relay per
+// tenant, most of them in one mode.
 type claimQueries struct {
-	locked, ordered [2]string // by [frontier check]
-	probe, confirm  string
+	locked  [2]string // by [frontier check]
+	ordered func() orderedQueries
+}
+
+// orderedQueries are ordered mode's statements.
+type orderedQueries struct {
+	claim          [2]string // by [frontier check]
+	probe, confirm string
 }
 
 func newClaimQueries(t ident.Table, rep *strings.Replacer) claimQueries {
-	var q claimQueries
 	frontier := [2]string{`NULL::timestamptz`, frontierSQL(t)}
+	// The pending index (available_at, id) serves this scan in order, from
+	// the position ($2, $3; the head when NULL) instead of the head, where
+	// the index entries of published rows lie until vacuum removes them;
+	// locked rows are skipped, so instances share the work. The one row of
+	// m comes back even when nothing is claimed (c's columns NULL).
+	locked := rep.Replace(`SELECT m.dbnow, m.frontier, c.* FROM
+  (SELECT now() AS dbnow, {frontier} AS frontier, set_config('synchronous_commit', 'off', true) AS herald_async) m
+LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
+  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
+    AND (o.available_at, o.id) >= (coalesce($2::timestamptz, '-infinity'), coalesce($3::uuid, '00000000-0000-0000-0000-000000000000'))
+  ORDER BY o.available_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED) c ON true`)
+	var q claimQueries
+	for check := range 2 {
+		q.locked[check] = strings.Replace(locked, "{frontier}", frontier[check], 1)
+	}
+	q.ordered = sync.OnceValue(func() orderedQueries { return newOrderedQueries(t, rep, frontier) })
+	return q
+}
+
+func newOrderedQueries(t ident.Table, rep *strings.Replacer, frontier [2]string) orderedQueries {
+	var q orderedQueries
 	// The last seq taken, where the role may read the sequence (NULL
 	// otherwise): every seq up to it was taken before the clock read after it,
 	// and the frontier, read after both, may settle it.
@@ -73,17 +103,6 @@ func newClaimQueries(t ident.Table, rep *strings.Replacer) claimQueries {
 	for check := range 2 {
 		fr := strings.NewReplacer("{frontier}", frontier[check], "{lastseq}", lastSeq[check],
 			"{nulls}", nulls(orderedClaimCols), "{metanulls}", nulls(orderedMetaCols))
-		// The pending index (available_at, id) serves this scan in order, from
-		// the position ($2, $3; the head when NULL) instead of the head, where
-		// the index entries of published rows lie until vacuum removes them;
-		// locked rows are skipped, so instances share the work. The one row of
-		// m comes back even when nothing is claimed (c's columns NULL).
-		q.locked[check] = fr.Replace(rep.Replace(`SELECT m.dbnow, m.frontier, c.* FROM
-  (SELECT now() AS dbnow, {frontier} AS frontier, set_config('synchronous_commit', 'off', true) AS herald_async) m
-LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
-  WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.available_at <= now()
-    AND (o.available_at, o.id) >= (coalesce($2::timestamptz, '-infinity'), coalesce($3::uuid, '00000000-0000-0000-0000-000000000000'))
-  ORDER BY o.available_at, o.id LIMIT $1 FOR UPDATE OF o SKIP LOCKED) c ON true`))
 		// Only this instance reads its partitions, so no row locks. The
 		// candidates are the first $1 due events of the partitions in seq
 		// order from the start; of them, an event is claimed unless an
@@ -129,7 +148,7 @@ LEFT JOIN LATERAL (SELECT {cols}, o.available_at FROM {t} o
 		// connection, the process was stopped) would otherwise lie below
 		// the scan, due, so not blocking its aggregate, whose later events
 		// were then claimed first. (position.startAt is the same in Go.)
-		q.ordered[check] = fr.Replace(rep.Replace(`WITH start AS MATERIALIZED (
+		q.claim[check] = fr.Replace(rep.Replace(`WITH start AS MATERIALIZED (
   SELECT set_config('herald.claim', 'ordered', true) AS serial, least($4::bigint, (SELECT min(w.seq) FROM unnest($5::bigint[], $6::timestamptz[]) AS w(seq, due) WHERE w.due <= now()),
     (SELECT min(o.seq) FROM {t} o WHERE o.due_at IS NOT NULL AND o.due_at <= now() AND {pending} AND o.available_at <= now()
        AND {part} = ANY($3::int[]))) AS lo),
@@ -295,7 +314,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 		r.pos.leased(sqlkit.FenceParts(fence))
 	}
 	st := r.pos.orderedStart(owned) // its clock read before the database's now: never later
-	rows, err := x.QueryContext(ctx, r.claims.ordered[btoi(st.check)], limit, partitions, owned, st.lo, st.below, st.belowAt)
+	rows, err := x.QueryContext(ctx, r.claims.ordered().claim[btoi(st.check)], limit, partitions, owned, st.lo, st.below, st.belowAt)
 	if err != nil {
 		return nil, err
 	}
@@ -365,7 +384,7 @@ func (r *relay) claimOrdered(ctx context.Context, x store.Execer, limit, partiti
 		for i, c := range sched {
 			ids[i] = c.ID
 		}
-		return r.claims.confirm, []any{ids}
+		return r.claims.ordered().confirm, []any{ids}
 	})
 }
 
@@ -378,7 +397,7 @@ func (r *relay) Sweep(ctx context.Context, x store.Execer, partitions int, owned
 	if highest <= 0 {
 		return 0, nil
 	}
-	found, err := sqlkit.Collect(ctx, x, r.claims.probe, []any{64, partitions, owned, highest, below}, func(rows *sql.Rows) (seqPart, error) {
+	found, err := sqlkit.Collect(ctx, x, r.claims.ordered().probe, []any{64, partitions, owned, highest, below}, func(rows *sql.Rows) (seqPart, error) {
 		var sp seqPart
 		err := rows.Scan(&sp.seq, &sp.part)
 		return sp, err
