@@ -22,7 +22,10 @@ type Tenant struct {
 	ID string
 	// DB reads the tenant's outbox through a pool the application keeps
 	// open, shared with other tenants (a schema each on one database): the
-	// fleet never closes it. Set DB or Open, not both.
+	// fleet never closes it. While it runs, it keeps one connection of the
+	// pool for the probes of its tenants, so that they run on one server
+	// process (another every 10 minutes), and gives it back when Run
+	// returns. Set DB or Open, not both.
 	DB *gorm.DB
 	// Open opens the tenant's own database when the fleet needs it. The
 	// fleet caps the pool at Config.ConnsPerTenant connections, keeps none

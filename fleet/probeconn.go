@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -18,11 +19,18 @@ import (
 // it. The connection is taken from the pool at the pool's first probe and
 // held between probes (an idle connection of the pool, counted in MaxConns
 // only while a probe uses it); a probe that fails on it lets it go, and the
-// next probe takes another. Probes of one pool take turns on it.
+// next probe takes another. It is given back after probeConnAge, so that
+// the pool's own limits (SetConnMaxLifetime) and the server process's
+// caches (about 100 kB a tenant on PostgreSQL) do not grow old with it.
+// Probes of one pool take turns on it.
 type probeConn struct {
-	mu   sync.Mutex // held by the probe using conn
-	conn *sql.Conn  // nil until the next probe takes one
+	mu    sync.Mutex // held by the probe using conn
+	conn  *sql.Conn  // nil until the next probe takes one
+	taken time.Time  // when conn was taken from the pool
 }
+
+// probeConnAge is how long the fleet keeps a probe connection.
+const probeConnAge = 10 * time.Minute
 
 // probeConnOf returns the probe connection of the shared pool db, made on
 // first use.
@@ -43,12 +51,15 @@ func (f *Fleet) probeConnOf(db *gorm.DB) *probeConn {
 // take returns the held connection, taking one from pool when none is held;
 // the caller holds pc.mu.
 func (pc *probeConn) take(ctx context.Context, pool *sql.DB) (*sql.Conn, error) {
+	if pc.conn != nil && time.Since(pc.taken) >= probeConnAge {
+		pc.drop()
+	}
 	if pc.conn == nil {
 		c, err := pool.Conn(ctx)
 		if err != nil {
 			return nil, err
 		}
-		pc.conn = c
+		pc.conn, pc.taken = c, time.Now()
 	}
 	return pc.conn, nil
 }
