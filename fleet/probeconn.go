@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"database/sql"
+	"maps"
 	"sync"
 	"time"
 
@@ -74,13 +75,14 @@ func (pc *probeConn) drop() {
 	}
 }
 
-// closeProbeConns lets every probe connection go, at the end of Run.
+// closeProbeConns lets every probe connection go, at the end of Run. (A
+// probe takes its connection's lock before the fleet's: so here.)
 func (f *Fleet) closeProbeConns() {
 	f.mu.Lock()
-	pcs := f.probeConns
+	pcs := maps.Values(f.probeConns)
 	f.probeConns = nil
 	f.mu.Unlock()
-	for _, pc := range pcs {
+	for pc := range pcs {
 		pc.mu.Lock()
 		pc.drop()
 		pc.mu.Unlock()
