@@ -398,9 +398,14 @@ func TestSharedPoolProbeConnection(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- f.Run(ctx) }()
+		ended := false
 		defer func() {
-			cancel()
-			<-done
+			if !ended {
+				cancel()
+				if err := <-done; err != nil {
+					t.Errorf("Run: %v", err)
+				}
+			}
 		}()
 		w.write("a", 1, 2)
 		w.wait("a", 2)
@@ -419,10 +424,10 @@ func TestSharedPoolProbeConnection(t *testing.T) {
 			t.Errorf("idle tenants of a shared pool: %d to %d connections of the pool in use, want the probe connection alone, held", lowest, highest)
 		}
 		cancel()
+		ended = true
 		if err := <-done; err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-		done <- nil
 		if n := pool.Stats().InUse; n != 0 {
 			t.Errorf("after Run: %d connections of the shared pool in use, want 0", n)
 		}

@@ -282,7 +282,7 @@ func (s *NATSServer) ready() error {
 		select {
 		case <-s.exited:
 			if relaunched == 2 {
-				return fmt.Errorf("brokertest: nats-server on :%d exited (%v): %s", s.Port, s.err, s.logTail())
+				return fmt.Errorf("brokertest: nats-server on :%d exited (%w): %s", s.Port, s.err, s.logTail())
 			}
 			relaunched++
 			time.Sleep(500 * time.Millisecond)
