@@ -451,21 +451,22 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		for i, p := range ps {
 			hbs[i] = p.hb
 		}
+		// On the probe connection, and when that fails, through the pool.
+		xs := []store.Execer{ps[0].sql}
 		if pinned != nil {
-			nexts, err := sqlkit.Nexts(ctx, pinned, hbs)
+			xs = []store.Execer{pinned, ps[0].sql}
+		}
+		for k, x := range xs {
+			nexts, err := sqlkit.Nexts(ctx, x, hbs)
 			if err == nil {
 				for i, n := range nexts {
 					res[i].Next = n
 				}
 				return res
 			}
-			pc.drop()
-		}
-		if nexts, err := sqlkit.Nexts(ctx, ps[0].sql, hbs); err == nil {
-			for i, n := range nexts {
-				res[i].Next = n
+			if k == 0 && pinned != nil {
+				pc.drop()
 			}
-			return res
 		}
 	}
 	for i, p := range ps {
