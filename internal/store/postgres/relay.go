@@ -23,11 +23,13 @@ const pending = `processed_at IS NULL AND dead_at IS NULL`
 // due: an event scheduled for tomorrow is not late today).
 const pendingSince = `CASE WHEN due_at IS NULL THEN created_at WHEN due_at <= now() THEN greatest(created_at, due_at) END`
 
-// asyncCommit, joined into the claim, turns synchronous_commit off for the
-// relay's transaction: its COMMIT does not wait for the WAL flush. Only marks
-// are committed so; if PostgreSQL crashes before the flush, the marks are lost
-// and the events published again, which at-least-once delivery allows. It
-// saves the relay a disk flush per batch.
+// asyncCommit, joined into a statement (the heartbeat's beat; the claim sets
+// the same inline), turns synchronous_commit off for the relay's
+// transaction: its COMMIT does not wait for the WAL flush. Only marks and
+// beats are committed so; if PostgreSQL crashes before the flush, the marks
+// are lost and the events published again, which at-least-once delivery
+// allows, and a beat is made again. It saves the relay a disk flush per
+// batch.
 const asyncCommit = `(SELECT set_config('synchronous_commit', 'off', true)) AS herald_async`
 
 const claimCols = `o.id::text, o.type, o.version, o.aggregate_type, o.aggregate_id, o.topic, o.payload::text, o.metadata::text, o.occurred_at, o.attempts, o.strikes`
