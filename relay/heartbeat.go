@@ -78,6 +78,20 @@ func (p *pruner) prune(ctx context.Context) {
 	p.next = now.Add(pruneEvery)
 }
 
+// newBeatClock sets when r's first beat is due. A plain relay beats at its
+// start; a fleet's tenant relay (Config.Tenant) at its first run past a
+// random time within heartbeatInterval of its making, as though it had
+// beaten at a random time within the interval before: a fleet starting a
+// thousand tenants' relays spreads their first beats over the interval, and
+// a tenant whose first runs are short (a backlog of a few events, burnt
+// in milliseconds) makes no beat of its own for them. Its later runs beat
+// every heartbeatInterval, as any relay does.
+func (r *Relay) newBeatClock() {
+	if r.cfg.Tenant != "" {
+		r.beatAt.Store(time.Now().Add(rand.N(heartbeatInterval) - heartbeatInterval).UnixNano())
+	}
+}
+
 // beatGrace bounds a beat (and the prune after it): it runs to its end
 // even when Run ends meanwhile, since a statement cancelled mid-flight costs
 // its connection (pgx closes it) and a fleet ends a tenant's short run as
@@ -90,7 +104,8 @@ const beatGrace = 5 * time.Second
 // interval counts from Run to Run: a relay run again within
 // heartbeatInterval of its last beat (a fleet's tenant, relayed in short
 // runs) beats when the interval is up, not at its start. A relay's first
-// beat is tried at once; only when it fails is the instance table made (when
+// beat (newBeatClock: at Run's start; a fleet tenant's relay's later) is
+// tried; only when it fails is the instance table made (when
 // missing: unordered relays need it for nothing else, and a table that exists
 // needs no right to create one) and the beat tried again. After a beat, it
 // prunes the table (pruner). A failure, to make the table (no right to) or

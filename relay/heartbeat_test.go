@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -28,7 +29,8 @@ func runFor(t *testing.T, e *env, r *relay.Relay, instance string, d time.Durati
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
-	eventually(t, 10*time.Second, "the relay's row in the instance table", func() bool { return !seenAt(t, e.db, instance).IsZero() })
+	// A fleet tenant's relay beats first within heartbeatInterval (10 s).
+	eventually(t, 15*time.Second, "the relay's row in the instance table", func() bool { return !seenAt(t, e.db, instance).IsZero() })
 	time.Sleep(d)
 	cancel()
 	if err := <-done; err != nil {
@@ -87,4 +89,37 @@ func TestTenantRelayDoesNotPruneAtStart(t *testing.T) {
 	}
 	runFor(t, e, plain2, "plain2", 0)
 	eventually(t, 5*time.Second, "a plain relay's prune at its start", func() bool { return seenAt(t, e.db, "crashed").IsZero() })
+}
+
+// A fleet tenant's relay makes its first beat at a random time within
+// heartbeatInterval (10 s) of its making, not at its first run's start as a
+// plain relay does: of ten tenant relays, each made and run for 300 ms, each
+// beats with a chance of about 3%; ten plain relays all beat.
+func TestTenantRelayFirstBeatSpread(t *testing.T) {
+	e := newEnv(t)
+	beat := func(tenant string) (n int) {
+		for i := range 10 {
+			id := fmt.Sprintf("%s%d", tenant, i)
+			r, err := relay.New(e.db, newGoChannel(), relay.Config{InstanceID: id, Tenant: tenant, DisableListen: true, Logger: quietLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			err = r.Run(ctx) // lets a beat in flight end
+			cancel()
+			if err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if !seenAt(t, e.db, id).IsZero() {
+				n++
+			}
+		}
+		return n
+	}
+	if n := beat(""); n != 10 {
+		t.Fatalf("%d of 10 plain relays beat in their first 300 ms, want all", n)
+	}
+	if n := beat("acme"); n > 3 {
+		t.Fatalf("%d of 10 tenant relays beat in their first 300 ms, want nearly none", n)
+	}
 }

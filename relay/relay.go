@@ -55,7 +55,7 @@ type Relay struct {
 
 	// Kept from Run to Run (a fleet runs a tenant's relay again and again):
 	hbMade    atomic.Bool  // the instance table is there: a later beat skips its check
-	beatAt    atomic.Int64 // unix ns of the last beat that went through; 0: none yet
+	beatAt    atomic.Int64 // unix ns of the last beat that went through (newBeatClock); 0: none yet
 	pruner    *pruner      // when the instance table's next prune is due
 	cleanNext atomic.Int64 // unix ns when the next cleanup is due; 0: a cleaning interval after Run starts
 	fromHead  atomic.Bool  // the next unordered claim reads from the head (a Run's first)
@@ -101,6 +101,7 @@ func New(db *gorm.DB, pub message.Publisher, cfg Config) (*Relay, error) {
 		deadLog: newTopicLimiter(30*time.Second, maxLogTopics),
 	}
 	r.pruner = r.newPruner()
+	r.newBeatClock()
 	if cfg.Ordered {
 		r.leases = newLeases(r)
 	}
