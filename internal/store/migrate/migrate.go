@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -24,7 +26,31 @@ var migrationFile = regexp.MustCompile(`^(\d+)_(.+)\.(up|down)\.sql$`)
 
 // Migrations lists the migrations in fsys (NNNN_name.up.sql / .down.sql pairs),
 // in version order.
-func Migrations(fsys fs.FS) ([]Migration, error) {
+func Migrations(fsys fs.FS) ([]Migration, error) { return listMigrations(fsys) }
+
+// listed is Migrations of a driver's set (Schema.FS), listed once per process
+// when behind a pointer (fs.Sub of an embedded set; memfs.FS is not): a
+// fleet's relay renders the migrations at each tenant's start. The caller
+// does not change the list.
+func listed(fsys fs.FS) ([]Migration, error) {
+	if reflect.TypeOf(fsys).Kind() != reflect.Pointer {
+		return listMigrations(fsys)
+	}
+	if ms, ok := listedFS.Load(fsys); ok {
+		return ms.([]Migration), nil
+	}
+	ms, err := listMigrations(fsys)
+	if err == nil {
+		listedFS.Store(fsys, ms)
+	}
+	return ms, err
+}
+
+// listedFS are listed's lists, by file system.
+var listedFS sync.Map // fs.FS -> []Migration
+
+// listMigrations lists the migrations in fsys (Migrations).
+func listMigrations(fsys fs.FS) ([]Migration, error) {
 	names, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
 		return nil, err

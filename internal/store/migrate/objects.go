@@ -209,7 +209,7 @@ func derives(name, def string) bool {
 // rendered for t: the one definition of what Herald creates itself and checks
 // at start, so that a migration added later is covered with no code change.
 func SchemaObjects(fsys fs.FS, def string, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
-	migs, err := Migrations(fsys)
+	migs, err := listed(fsys)
 	if err != nil {
 		return nil, err
 	}
@@ -294,10 +294,14 @@ func relayNeeds(o store.Object, ordered, retention bool) (relay, need bool) {
 // the tables derived from it that are not the relay's: what the write path
 // needs (in PostgreSQL's partitioned set, the partitioned table).
 func OutboxObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]store.Object, error) {
-	return filterObjects(fsys, store.DefaultOutbox, t, quote, func(o store.Object) bool {
-		relay, _ := relayNeeds(o, false, false)
-		return !relay && !isAdmin(o)
-	})
+	return filterObjects(fsys, store.DefaultOutbox, t, quote, isOutbox)
+}
+
+// isOutbox reports whether o is the outbox's own (the writers'): neither the
+// relay's nor the admin's.
+func isOutbox(o store.Object) bool {
+	relay, _ := relayNeeds(o, false, false)
+	return !relay && !isAdmin(o)
 }
 
 // isAdmin reports whether o is the admin's (by its name: the audit table of
@@ -320,10 +324,33 @@ func AdminObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string) ([]
 // RelayObjects are the relay's additions to the outbox t in the migrations in
 // fsys that a relay in this mode needs.
 func RelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string, ordered, retention bool) ([]store.Object, error) {
-	return filterObjects(fsys, store.DefaultOutbox, t, quote, func(o store.Object) bool {
-		relay, need := relayNeeds(o, ordered, retention)
-		return relay && need
-	})
+	return filterObjects(fsys, store.DefaultOutbox, t, quote, func(o store.Object) bool { return relayNeeded(o, ordered, retention) })
+}
+
+// relayNeeded reports whether o is the relay's and a relay in this mode
+// needs it.
+func relayNeeded(o store.Object, ordered, retention bool) bool {
+	relay, need := relayNeeds(o, ordered, retention)
+	return relay && need
+}
+
+// OutboxAndRelayObjects are OutboxObjects and RelayObjects from one
+// rendering of the migrations: a relay's start needs both (a fleet starts a
+// relay per tenant).
+func OutboxAndRelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string, ordered, retention bool) (out, rel []store.Object, err error) {
+	objs, err := SchemaObjects(fsys, store.DefaultOutbox, t, quote)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, o := range objs {
+		switch {
+		case isOutbox(o):
+			out = append(out, o)
+		case relayNeeded(o, ordered, retention):
+			rel = append(rel, o)
+		}
+	}
+	return out, rel, nil
 }
 
 // InboxObjects are the objects of the migrations in fsys on the inbox t.

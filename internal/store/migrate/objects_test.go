@@ -4,6 +4,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -99,6 +100,36 @@ func TestRenderAsTheExpression(t *testing.T) {
 							t.Fatalf("Render(%q, %s, %s):\n got  %q\n want %q", s, def, table, got, want)
 						}
 					}
+				}
+			}
+		}
+	}
+}
+
+// OutboxAndRelayObjects, one rendering of the migrations, says what
+// OutboxObjects and RelayObjects say, for every driver's migrations and
+// every relay mode.
+func TestOutboxAndRelayObjects(t *testing.T) {
+	for _, dir := range []string{"../postgres/migrations", "../mysql/migrations", "../sqlite/migrations"} {
+		fsys := os.DirFS(dir)
+		for _, tbl := range []ident.Table{ident.MustTable("outbox_messages"), ident.MustTable("tenant_7.events")} {
+			for _, mode := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+				out, rel, err := OutboxAndRelayObjects(fsys, tbl, ident.Table.Quoted, mode[0], mode[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantOut, err := OutboxObjects(fsys, tbl, ident.Table.Quoted)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wantRel, err := RelayObjects(fsys, tbl, ident.Table.Quoted, mode[0], mode[1])
+				if err != nil {
+					t.Fatal(err)
+				}
+				same := func(a, b []store.Object) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
+				if len(out) == 0 || !same(out, wantOut) || !same(rel, wantRel) {
+					t.Fatalf("%s, %s, ordered and retention %v: OutboxAndRelayObjects = %d and %d objects, want OutboxObjects' %d and RelayObjects' %d",
+						dir, tbl, mode, len(out), len(rel), len(wantOut), len(wantRel))
 				}
 			}
 		}

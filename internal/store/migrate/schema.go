@@ -513,13 +513,9 @@ func (s Schema) CheckOutbox(ctx context.Context, x store.Execer, t ident.Table) 
 // needs when missing; an index whose creation fails is left out when p.Skip
 // says so.
 func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, p store.RelayCreateParams) error {
-	objs, err := RelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
-	if err != nil {
-		return err
-	}
 	// The outbox's columns too, which CreateMissing only looks up: an index
 	// of the relay's is not added to an outbox that lacks one.
-	out, err := OutboxObjects(s.FS, t, s.Quote)
+	out, objs, err := OutboxAndRelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
 	if err != nil {
 		return err
 	}
@@ -543,11 +539,7 @@ func relayChecked(t ident.Table, out, rel []store.Object) []store.Object {
 // writers' tables derived from it, on which a relay role may have no
 // privilege) and the relay's additions p's mode needs.
 func (s Schema) CheckRelay(ctx context.Context, x store.Execer, t ident.Table, p store.RelayCheckParams) error {
-	out, err := OutboxObjects(s.FS, t, s.Quote)
-	if err != nil {
-		return err
-	}
-	rel, err := RelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
+	out, rel, err := OutboxAndRelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
 	if err != nil {
 		return err
 	}
