@@ -17,6 +17,7 @@ import (
 	"github.com/heraldgo/herald/internal/drivers"
 	"github.com/heraldgo/herald/internal/relayhook"
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
 	"github.com/heraldgo/herald/internal/store/sqlkit"
 	"github.com/heraldgo/herald/relay"
 )
@@ -38,6 +39,8 @@ type Fleet struct {
 	kick    chan struct{}
 	running atomic.Bool
 	listen  []*relay.TenantListener // Config.Listen's
+
+	prefetchedChecks atomic.Int64 // relays' first runs that checked their schema from a prefetched read
 
 	mu         sync.Mutex
 	tenants    map[string]*tenant
@@ -462,6 +465,7 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 				for i, n := range nexts {
 					res[i].Next = n
 				}
+				f.prefetchSchemas(ctx, x, ps, res)
 				return res
 			}
 			if k == 0 && pinned != nil {
@@ -475,6 +479,7 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		}
 		if pinned != nil && pc.conn != nil && len(ts) == 1 {
 			if res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, pinned); res[i].err == nil {
+				f.prefetchSchemas(ctx, pinned, ps, res)
 				continue
 			}
 			pc.drop() // and probed again through the pool, where its error is its own
@@ -482,6 +487,55 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, p.sql)
 	}
 	return res
+}
+
+// maxPrefetch is how many objects one statement of prefetchSchemas looks up
+// at most (about 20 a tenant).
+const maxPrefetch = 500
+
+// prefetchSchemas reads, in one statement on x (one per maxPrefetch
+// objects), the catalog for the first runs of the relays of ps (the tenants
+// of one shared pool, just probed on x: res) that the probe found due and
+// that have not run: each relay's start then checks its schema from that read
+// (migrate.Prefetched) instead of a statement of its own on a connection of
+// the pool, new to the tenant. A failure only loses the read: each relay
+// reads the catalog itself, as without it.
+func (f *Fleet) prefetchSchemas(ctx context.Context, x store.Execer, ps []*pool, res []probeResult) {
+	params := store.RelayCreateParams{Ordered: f.cfg.Relay.Ordered, Retention: f.cfg.Relay.Retention > 0, Check: true}
+	var (
+		due  []*pool
+		objs []store.Object
+	)
+	for i, p := range ps {
+		if !res[i].OK || res[i].Wait > 0 || p.ran.Load() {
+			continue
+		}
+		look, err := p.st.Lookups(params)
+		if err != nil {
+			return
+		}
+		due = append(due, p)
+		objs = append(objs, look...)
+	}
+	if len(due) == 0 {
+		return
+	}
+	found := make([]bool, 0, len(objs))
+	for c := range slices.Chunk(objs, maxPrefetch) { // MySQL reads a column per object
+		got, err := ps[0].drv.ObjectsExist(ctx, x, c)
+		if err != nil {
+			return
+		}
+		found = append(found, got...)
+	}
+	read, err := migrate.Prefetch(objs, found)
+	if err != nil {
+		return
+	}
+	pr := &prefetchedRead{read: read, at: time.Now()}
+	for _, p := range due {
+		p.prefetched.Store(pr)
+	}
 }
 
 // clean runs the Cleanup of the relays of ts whose cleanup is due (every
@@ -586,7 +640,12 @@ func (f *Fleet) run(ctx context.Context, t *tenant, stop context.CancelFunc) (in
 			stop()
 		}
 	}
-	err = p.rel.Run(relayhook.WithGauges(relayhook.WithRound(ctx, round), p))
+	rctx, read := p.takePrefetched(relayhook.WithGauges(relayhook.WithRound(ctx, round), p))
+	p.ran.Store(true)
+	err = p.rel.Run(rctx)
+	if read != nil && read.Hits() > 0 {
+		f.prefetchedChecks.Add(1)
+	}
 	if e := roundErr.Load(); e != nil && err == nil {
 		err = *e
 	}
@@ -686,7 +745,8 @@ func (f *Fleet) newPool(t *tenant, db *gorm.DB) (*pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &pool{db: db, sql: conn.DB, own: t.def.Open != nil, rel: rel, hb: conn.Driver.Heartbeats(conn.Table), labelled: cfg.TenantMetrics}, nil
+	return &pool{db: db, sql: conn.DB, own: t.def.Open != nil, rel: rel, hb: conn.Driver.Heartbeats(conn.Table),
+		st: conn.Driver.Relay(conn.Table), drv: conn.Driver, labelled: cfg.TenantMetrics}, nil
 }
 
 // closePool closes t's pool if the fleet opened it, and forgets it. Where

@@ -433,3 +433,36 @@ func TestSharedPoolProbeConnection(t *testing.T) {
 		}
 	})
 }
+
+// The tenants of a shared pool that a probe finds due, whose relays have
+// not run, check their schema at their first run from one catalog read made
+// with that probe (on its connection), not each with a statement of its
+// own; all their events are published.
+func TestSharedPoolPrefetchesSchemas(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		ids := []string{"a", "b", "c"}
+		for _, id := range ids {
+			if !w.addShared(id) {
+				t.Skip("no shared pool on this dialect")
+			}
+			// Migrated as a service's deployment does: the relay's objects
+			// too (a relay's first run would make them, reading the
+			// catalog again).
+			r, err := relay.New(w.shared, w.pub, relay.Config{Table: w.defs[id].Table, Logger: testkit.Quiet()})
+			testkit.Must(t, err)
+			testkit.Must(t, r.Setup(t.Context()))
+			w.write(id, 2, 2)
+		}
+		f := w.start(fleet.Config{MinProbe: 10 * time.Millisecond, MaxProbe: 20 * time.Millisecond})
+		for _, id := range ids {
+			w.wait(id, 4)
+		}
+		// Counted when a run ends, after its events went out.
+		testkit.Eventually(t, 10*time.Second, "the first runs' ends", func() bool { return fleet.PrefetchedChecks(f) >= int64(len(ids)) })
+		if n := fleet.PrefetchedChecks(f); n != int64(len(ids)) {
+			t.Fatalf("%d first runs checked their schema from the probe's catalog read, want %d", n, len(ids))
+		}
+	})
+}

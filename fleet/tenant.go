@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/heraldgo/herald/internal/store"
+	"github.com/heraldgo/herald/internal/store/migrate"
 	"github.com/heraldgo/herald/relay"
 )
 
@@ -79,6 +81,13 @@ type pool struct {
 	own bool // opened through Tenant.Open: capped, shed when idle, closed
 	rel *relay.Relay
 	hb  store.Heartbeats
+	st  store.Relay  // the relay's table, for its schema's lookups (prefetch)
+	drv store.Driver // its database's
+
+	// The catalog read of the pool's relay's first run, made at the probe
+	// that found it due with the others of its shared pool (prefetchSchemas).
+	ran        atomic.Bool                    // the relay has run: it checked its schema
+	prefetched atomic.Pointer[prefetchedRead] // nil: none, or taken by the run
 
 	once sync.Once
 
@@ -110,6 +119,28 @@ func (p *pool) release() func() {
 	u := p.unobserve
 	p.unobserve = nil
 	return u
+}
+
+// prefetchedRead is a catalog read made for a relay's first run, and when.
+type prefetchedRead struct {
+	read *migrate.Prefetched
+	at   time.Time
+}
+
+// prefetchAge is how old a prefetched read may be when the run starts: a
+// tenant that waited longer for a place checks its schema itself.
+const prefetchAge = 5 * time.Second
+
+// takePrefetched returns ctx carrying the catalog read made for the pool's
+// relay's first run, if there is one younger than prefetchAge (and the
+// run's view of it, to count its use; nil: none), and forgets it.
+func (p *pool) takePrefetched(ctx context.Context) (context.Context, *migrate.Prefetched) {
+	pr := p.prefetched.Swap(nil)
+	if pr == nil || time.Since(pr.at) > prefetchAge {
+		return ctx, nil
+	}
+	v := pr.read.View()
+	return migrate.WithPrefetched(ctx, v), v
 }
 
 // fill lets an own pool keep up to n connections while it is used.

@@ -1,11 +1,15 @@
 package migrate
 
 import (
+	"context"
+	"database/sql"
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -133,5 +137,60 @@ func TestOutboxAndRelayObjects(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// noExec fails every statement: a creation or check that needs none runs.
+type noExec struct{}
+
+func (noExec) ExecContext(context.Context, string, ...any) (sql.Result, error) {
+	return nil, errors.New("a statement ran")
+}
+
+func (noExec) QueryContext(context.Context, string, ...any) (*sql.Rows, error) {
+	return nil, errors.New("a query ran")
+}
+
+// A relay's start whose objects a prefetched read found all present reads
+// nothing itself (Schema.ExistsAll is not called); one of another table, or
+// another mode, or whose read found an object missing, reads the catalog.
+func TestCreateRelayFromPrefetched(t *testing.T) {
+	reads := 0
+	s := Schema{FS: os.DirFS("../postgres/migrations"), Quote: ident.Table.Quoted,
+		Exists: func(context.Context, store.Execer, store.Object) (bool, error) { reads++; return true, nil },
+		ExistsAll: func(_ context.Context, _ store.Execer, objs []store.Object) ([]bool, error) {
+			reads++
+			return slices.Repeat([]bool{true}, len(objs)), nil
+		}}
+	tbl := ident.MustTable("tenant_7.outbox_messages")
+	p := store.RelayCreateParams{Check: true}
+	look, err := s.RelayLookups(tbl, p)
+	if err != nil || len(look) == 0 {
+		t.Fatalf("RelayLookups = %d objects, %v", len(look), err)
+	}
+	all := slices.Repeat([]bool{true}, len(look))
+	read, err := Prefetch(look, all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := WithPrefetched(t.Context(), read)
+	if err := s.CreateRelay(ctx, noExec{}, tbl, p); err != nil || reads != 0 || read.Hits() != 1 {
+		t.Fatalf("prefetched, all present: CreateRelay = %v after %d reads of its own, %d hits; want nil, 0, 1", err, reads, read.Hits())
+	}
+	if err := s.CreateRelay(ctx, noExec{}, ident.MustTable("tenant_8.outbox_messages"), p); err != nil || reads != 1 {
+		t.Fatalf("another table: CreateRelay = %v after %d reads; want nil after 1 of its own", err, reads)
+	}
+	if err := s.CreateRelay(ctx, noExec{}, tbl, store.RelayCreateParams{Check: true, Ordered: true}); err != nil || reads != 2 {
+		t.Fatalf("ordered mode: CreateRelay = %v after %d reads; want nil after 2 of its own", err, reads)
+	}
+	all[len(all)-1] = false
+	if read, err = Prefetch(look, all); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CreateRelay(WithPrefetched(t.Context(), read), noExec{}, tbl, p); err != nil || reads != 3 || read.Hits() != 0 {
+		t.Fatalf("prefetched, one missing: CreateRelay = %v after %d reads, %d hits; want nil after 3 of its own, 0 hits", err, reads, read.Hits())
+	}
+	if _, err := Prefetch(look, all[1:]); err == nil {
+		t.Fatal("Prefetch with fewer answers than objects: no error")
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -397,10 +398,40 @@ func (s Schema) check(ctx context.Context, x store.Execer, t ident.Table, objs [
 // creation changes the answers): then, as without ExistsAll, or when that read
 // fails (the lookups per object say which object's), through Exists per
 // object.
+// A read of the catalog made ahead (Prefetch, in ctx) that finds every
+// object of look present stands for ExistsAll's.
 func (s Schema) catalog(ctx context.Context, x store.Execer, objs []store.Object) (store.Execer, Catalog) {
 	if s.ExistsAll == nil {
 		return x, s.Exists
 	}
+	look := Lookups(objs)
+	if len(look) == 0 {
+		return x, s.Exists
+	}
+	read := prefetchedFrom(ctx).allPresent(look)
+	if read == nil {
+		found, err := s.ExistsAll(ctx, x, look)
+		if err != nil || len(found) != len(look) {
+			return x, s.Exists
+		}
+		read = make(map[lookup]bool, len(look))
+		for i, o := range look {
+			read[lookupOf(o)] = found[i]
+		}
+	}
+	w := &writes{Execer: x}
+	return w, func(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
+		if ok, was := read[lookupOf(o)]; was && !w.wrote {
+			return ok, nil
+		}
+		return s.Exists(ctx, x, o)
+	}
+}
+
+// Lookups are the objects a creation or check of objs reads in the catalog
+// in one statement (Schema.ExistsAll, Prefetch): objs but the steps, with
+// the indexes they replace.
+func Lookups(objs []store.Object) []store.Object {
 	var look []store.Object
 	for _, o := range objs {
 		if o.Kind == store.KindStep {
@@ -411,24 +442,81 @@ func (s Schema) catalog(ctx context.Context, x store.Execer, objs []store.Object
 			look = append(look, store.Object{Kind: store.KindIndex, Name: d, On: o.On})
 		}
 	}
-	if len(look) == 0 {
-		return x, s.Exists
+	return look
+}
+
+// RelayLookups are the objects CreateRelay with p (Check) reads in the
+// catalog (Lookups): what a relay's start looks up.
+func (s Schema) RelayLookups(t ident.Table, p store.RelayCreateParams) ([]store.Object, error) {
+	objs, check, err := s.relayCreation(t, p)
+	if err != nil {
+		return nil, err
 	}
-	found, err := s.ExistsAll(ctx, x, look)
-	if err != nil || len(found) != len(look) {
-		return x, s.Exists
+	if !p.Check {
+		check = nil
+	}
+	return Lookups(append(objs, check...)), nil
+}
+
+// Prefetched is a read of the catalog made ahead for many outboxes in one
+// statement (a fleet's, at its probe of a shared pool's tenants: see
+// WithPrefetched): what each object found there.
+type Prefetched struct {
+	read map[lookup]bool
+	hits atomic.Int64 // creations and checks it answered
+}
+
+// Prefetch makes a Prefetched of objs (the Lookups of many outboxes) and
+// what found, ExistsAll's answer for them (store.Driver.ObjectsExist).
+func Prefetch(objs []store.Object, found []bool) (*Prefetched, error) {
+	if len(found) != len(objs) {
+		return nil, fmt.Errorf("prefetch: %d answers for %d objects", len(found), len(objs))
+	}
+	p := &Prefetched{read: make(map[lookup]bool, len(objs))}
+	for i, o := range objs {
+		p.read[lookupOf(o)] = found[i]
+	}
+	return p, nil
+}
+
+// Hits is how many creations and checks p answered.
+func (p *Prefetched) Hits() int64 { return p.hits.Load() }
+
+// View returns p's read with a count of hits of its own (one run's).
+func (p *Prefetched) View() *Prefetched { return &Prefetched{read: p.read} }
+
+// WithPrefetched returns ctx carrying p: a creation or check run with it
+// whose objects p found all present reads nothing itself; one whose objects
+// p did not see, or found missing, reads the catalog as without it. It is
+// a read made earlier, so a schema changed since is found out as after any
+// start: by the statements that then fail.
+func WithPrefetched(ctx context.Context, p *Prefetched) context.Context {
+	return context.WithValue(ctx, prefetchedKey{}, p)
+}
+
+type prefetchedKey struct{}
+
+func prefetchedFrom(ctx context.Context) *Prefetched {
+	p, _ := ctx.Value(prefetchedKey{}).(*Prefetched)
+	return p
+}
+
+// allPresent returns p's answers for look when p found every object of look
+// present, nil otherwise (or when p is nil).
+func (p *Prefetched) allPresent(look []store.Object) map[lookup]bool {
+	if p == nil {
+		return nil
 	}
 	read := make(map[lookup]bool, len(look))
-	for i, o := range look {
-		read[lookupOf(o)] = found[i]
-	}
-	w := &writes{Execer: x}
-	return w, func(ctx context.Context, x store.Execer, o store.Object) (bool, error) {
-		if ok, was := read[lookupOf(o)]; was && !w.wrote {
-			return ok, nil
+	for _, o := range look {
+		k := lookupOf(o)
+		if !p.read[k] {
+			return nil
 		}
-		return s.Exists(ctx, x, o)
+		read[k] = true
 	}
+	p.hits.Add(1)
+	return read
 }
 
 // lookup is what an object's lookup in the catalog depends on.
@@ -513,18 +601,27 @@ func (s Schema) CheckOutbox(ctx context.Context, x store.Execer, t ident.Table) 
 // needs when missing; an index whose creation fails is left out when p.Skip
 // says so.
 func (s Schema) CreateRelay(ctx context.Context, x store.Execer, t ident.Table, p store.RelayCreateParams) error {
-	// The outbox's columns too, which CreateMissing only looks up: an index
-	// of the relay's is not added to an outbox that lacks one.
-	out, objs, err := OutboxAndRelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
+	objs, check, err := s.relayCreation(t, p)
 	if err != nil {
 		return err
 	}
-	cols := slices.DeleteFunc(slices.Clone(out), func(o store.Object) bool { return o.Kind != store.KindColumn })
-	var check []store.Object
-	if p.Check {
-		check = relayChecked(t, out, objs)
+	if !p.Check {
+		check = nil
 	}
-	return s.create(ctx, x, t, append(cols, objs...), check, p.Skip)
+	return s.create(ctx, x, t, objs, check, p.Skip)
+}
+
+// relayCreation is what CreateRelay creates when missing, and what it checks
+// with p.Check.
+func (s Schema) relayCreation(t ident.Table, p store.RelayCreateParams) (objs, check []store.Object, err error) {
+	out, rel, err := OutboxAndRelayObjects(s.FS, t, s.Quote, p.Ordered, p.Retention)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The outbox's columns too, which CreateMissing only looks up: an index
+	// of the relay's is not added to an outbox that lacks one.
+	cols := slices.DeleteFunc(slices.Clone(out), func(o store.Object) bool { return o.Kind != store.KindColumn })
+	return append(cols, rel...), relayChecked(t, out, rel), nil
 }
 
 // relayChecked is what CheckRelay checks: of the outbox t's objects out, those

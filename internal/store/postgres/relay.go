@@ -106,6 +106,10 @@ func (r *relay) Create(ctx context.Context, x store.Execer, p store.RelayCreateP
 	return schema.CreateRelay(ctx, x, r.t, p)
 }
 
+func (r *relay) Lookups(p store.RelayCreateParams) ([]store.Object, error) {
+	return schema.RelayLookups(r.t, p)
+}
+
 func (r *relay) Check(ctx context.Context, x store.Execer, p store.RelayCheckParams) error {
 	return schema.CheckRelay(ctx, x, r.t, p)
 }
