@@ -532,9 +532,8 @@ func (f *Fleet) prefetchSchemas(ctx context.Context, x store.Execer, ps []*pool,
 	if err != nil {
 		return
 	}
-	pr := &prefetchedRead{read: read, at: time.Now()}
 	for _, p := range due {
-		p.prefetched.Store(pr)
+		p.prefetched.Store(read)
 	}
 }
 

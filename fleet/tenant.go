@@ -86,8 +86,8 @@ type pool struct {
 
 	// The catalog read of the pool's relay's first run, made at the probe
 	// that found it due with the others of its shared pool (prefetchSchemas).
-	ran        atomic.Bool                    // the relay has run: it checked its schema
-	prefetched atomic.Pointer[prefetchedRead] // nil: none, or taken by the run
+	ran        atomic.Bool                        // the relay has run: it checked its schema
+	prefetched atomic.Pointer[migrate.Prefetched] // nil: none, or taken by the run
 
 	once sync.Once
 
@@ -121,25 +121,15 @@ func (p *pool) release() func() {
 	return u
 }
 
-// prefetchedRead is a catalog read made for a relay's first run, and when.
-type prefetchedRead struct {
-	read *migrate.Prefetched
-	at   time.Time
-}
-
-// prefetchAge is how old a prefetched read may be when the run starts: a
-// tenant that waited longer for a place checks its schema itself.
-const prefetchAge = 5 * time.Second
-
 // takePrefetched returns ctx carrying the catalog read made for the pool's
-// relay's first run, if there is one younger than prefetchAge (and the
-// run's view of it, to count its use; nil: none), and forgets it.
+// relay's first run, if there is one (it answers for migrate.PrefetchAge),
+// with the run's view of it, to count its use (nil: none), and forgets it.
 func (p *pool) takePrefetched(ctx context.Context) (context.Context, *migrate.Prefetched) {
 	pr := p.prefetched.Swap(nil)
-	if pr == nil || time.Since(pr.at) > prefetchAge {
+	if pr == nil {
 		return ctx, nil
 	}
-	v := pr.read.View()
+	v := pr.View()
 	return migrate.WithPrefetched(ctx, v), v
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -189,6 +190,14 @@ func TestCreateRelayFromPrefetched(t *testing.T) {
 	}
 	if err := s.CreateRelay(WithPrefetched(t.Context(), read), noExec{}, tbl, p); err != nil || reads != 3 || read.Hits() != 0 {
 		t.Fatalf("prefetched, one missing: CreateRelay = %v after %d reads, %d hits; want nil after 3 of its own, 0 hits", err, reads, read.Hits())
+	}
+	all[len(all)-1] = true
+	if read, err = Prefetch(look, all); err != nil {
+		t.Fatal(err)
+	}
+	read.at = read.at.Add(-PrefetchAge - time.Second)
+	if err := s.CreateRelay(WithPrefetched(t.Context(), read), noExec{}, tbl, p); err != nil || reads != 4 || read.Hits() != 0 {
+		t.Fatalf("prefetched longer ago than PrefetchAge: CreateRelay = %v after %d reads, %d hits; want nil after 4 of its own, 0 hits", err, reads, read.Hits())
 	}
 	if _, err := Prefetch(look, all[1:]); err == nil {
 		t.Fatal("Prefetch with fewer answers than objects: no error")

@@ -397,9 +397,9 @@ func (s Schema) check(ctx context.Context, x store.Execer, t ident.Table, objs [
 // answered from that read until a statement runs on the returned Execer (a
 // creation changes the answers): then, as without ExistsAll, or when that read
 // fails (the lookups per object say which object's), through Exists per
-// object.
-// A read of the catalog made ahead (Prefetch, in ctx) that finds every
-// object of look present stands for ExistsAll's.
+// object. A read of the catalog made ahead (Prefetch, in ctx), younger than
+// PrefetchAge, that found every object of look present stands for
+// ExistsAll's.
 func (s Schema) catalog(ctx context.Context, x store.Execer, objs []store.Object) (store.Execer, Catalog) {
 	if s.ExistsAll == nil {
 		return x, s.Exists
@@ -463,8 +463,13 @@ func (s Schema) RelayLookups(t ident.Table, p store.RelayCreateParams) ([]store.
 // WithPrefetched): what each object found there.
 type Prefetched struct {
 	read map[lookup]bool
+	at   time.Time    // when it was read
 	hits atomic.Int64 // creations and checks it answered
 }
+
+// PrefetchAge is how long a Prefetched answers: a creation or check later
+// than that reads the catalog itself.
+const PrefetchAge = 5 * time.Second
 
 // Prefetch makes a Prefetched of objs (the Lookups of many outboxes) and
 // what found, ExistsAll's answer for them (store.Driver.ObjectsExist).
@@ -472,7 +477,7 @@ func Prefetch(objs []store.Object, found []bool) (*Prefetched, error) {
 	if len(found) != len(objs) {
 		return nil, fmt.Errorf("prefetch: %d answers for %d objects", len(found), len(objs))
 	}
-	p := &Prefetched{read: make(map[lookup]bool, len(objs))}
+	p := &Prefetched{read: make(map[lookup]bool, len(objs)), at: time.Now()}
 	for i, o := range objs {
 		p.read[lookupOf(o)] = found[i]
 	}
@@ -483,7 +488,7 @@ func Prefetch(objs []store.Object, found []bool) (*Prefetched, error) {
 func (p *Prefetched) Hits() int64 { return p.hits.Load() }
 
 // View returns p's read with a count of hits of its own (one run's).
-func (p *Prefetched) View() *Prefetched { return &Prefetched{read: p.read} }
+func (p *Prefetched) View() *Prefetched { return &Prefetched{read: p.read, at: p.at} }
 
 // WithPrefetched returns ctx carrying p: a creation or check run with it
 // whose objects p found all present reads nothing itself; one whose objects
@@ -502,9 +507,9 @@ func prefetchedFrom(ctx context.Context) *Prefetched {
 }
 
 // allPresent returns p's answers for look when p found every object of look
-// present, nil otherwise (or when p is nil).
+// present, nil otherwise (or when p is nil, or older than PrefetchAge).
 func (p *Prefetched) allPresent(look []store.Object) map[lookup]bool {
-	if p == nil {
+	if p == nil || time.Since(p.at) > PrefetchAge {
 		return nil
 	}
 	read := make(map[lookup]bool, len(look))
