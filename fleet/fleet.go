@@ -47,6 +47,8 @@ type Fleet struct {
 	queue      []*tenant // tenants with work waiting for a place, first come first
 	woken      map[string]bool
 	probing    int
+	scanAt     time.Time               // step's next look for tenants due a probe: the earliest next it saw (schedule lowers it)
+	runs       []*tenant               // the active tenants, for their turns
 	unknown    bool                    // a woken id is not a tenant yet: refresh
 	listed     bool                    // Config.Tenants was called (Stats before Run calls it)
 	members    []string                // the live members, with Config.Members
@@ -204,6 +206,7 @@ func (f *Fleet) refresh(ctx context.Context) {
 				t.st = elsewhere
 			}
 			f.tenants[def.ID] = t
+			f.schedule(t, time.Time{})
 		}
 	}
 	for id, t := range f.tenants {
@@ -259,7 +262,7 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 		case t.st == idle:
 			f.enqueue(t)
 		case t.st == failing:
-			t.next = now
+			f.schedule(t, now)
 		case t.st == probing || t.st == active: // its events may be past what it reads now
 			t.rewake = true
 		}
@@ -268,29 +271,38 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 	if f.unknown { // Run refreshes within a second
 		wait = min(wait, time.Second)
 	}
-	// Probes, the most overdue first.
-	var due []*tenant
-	for _, t := range f.tenants {
-		if t.st != idle && t.st != failing {
-			continue
+	// Probes, the most overdue first. The tenants are looked through only
+	// when one may be due (scanAt): a fleet of many tenants steps at every
+	// run's end.
+	if !now.Before(f.scanAt) {
+		f.scanAt = now.Add(f.cfg.MaxProbe)
+		var due []*tenant
+		for _, t := range f.tenants {
+			if t.st != idle && t.st != failing {
+				continue
+			}
+			if t.next.After(now) {
+				if t.next.Before(f.scanAt) {
+					f.scanAt = t.next
+				}
+				continue
+			}
+			due = append(due, t)
 		}
-		if d := t.next.Sub(now); d > 0 {
-			wait = min(wait, d)
-			continue
+		slices.SortFunc(due, func(a, b *tenant) int { return a.next.Compare(b.next) })
+		for _, g := range probeGroups(due) {
+			if f.probing >= f.cfg.Probes { // the rest at the next step (a probe's end pokes)
+				f.scanAt = now
+				break
+			}
+			f.probing++
+			for _, t := range g {
+				t.st = probing
+			}
+			f.goProbe(ctx, g)
 		}
-		due = append(due, t)
 	}
-	slices.SortFunc(due, func(a, b *tenant) int { return a.next.Compare(b.next) })
-	for _, g := range probeGroups(due) {
-		if f.probing >= f.cfg.Probes {
-			break
-		}
-		f.probing++
-		for _, t := range g {
-			t.st = probing
-		}
-		f.goProbe(ctx, g)
-	}
+	wait = min(wait, f.scanAt.Sub(now))
 	// Runs, first come first served.
 	for len(f.queue) > 0 && f.conns.try(f.cfg.ConnsPerTenant) {
 		t := f.queue[0]
@@ -300,8 +312,8 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 	// Turns: as many as wait end, the longest running first.
 	if n := len(f.queue); n > 0 {
 		var long []*tenant
-		for _, t := range f.tenants {
-			if t.st == active && t.stopping == stopNone {
+		for _, t := range f.runs {
+			if t.stopping == stopNone {
 				if d := t.since.Add(f.cfg.Slice).Sub(now); d > 0 {
 					wait = min(wait, d)
 				} else {
@@ -315,6 +327,15 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 		}
 	}
 	return wait
+}
+
+// schedule sets the next probe of t (idle or failing) at at, and has step
+// look for it then.
+func (f *Fleet) schedule(t *tenant, at time.Time) {
+	t.next = at
+	if at.Before(f.scanAt) {
+		f.scanAt = at
+	}
 }
 
 // enqueue makes t wait for a place to be relayed.
@@ -395,9 +416,9 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 		f.recovered(t)
 		t.st = idle
 		t.every = min(2*t.every, f.cfg.MaxProbe)
-		t.next = now.Add(t.every)
+		f.schedule(t, now.Add(t.every))
 		if r.OK && r.Wait < t.every {
-			t.next = now.Add(r.Wait)
+			f.schedule(t, now.Add(r.Wait))
 		}
 		if t.def.Open != nil && t.pool != nil && now.Sub(t.worked) > f.cfg.IdleClose {
 			f.closePool(t)
@@ -510,7 +531,7 @@ func (f *Fleet) prefetchSchemas(ctx context.Context, x store.Execer, ps []*pool,
 		if !res[i].OK || res[i].Wait > 0 || p.ran.Load() {
 			continue
 		}
-		look, err := p.st.Lookups(params)
+		look, err := p.drv.RelayLookups(p.table, params)
 		if err != nil {
 			return
 		}
@@ -570,6 +591,7 @@ func (f *Fleet) clean(ctx context.Context, ts []*tenant, ps []*pool, res []probe
 func (f *Fleet) goRun(ctx context.Context, t *tenant, now time.Time) {
 	rctx, cancel := context.WithCancel(ctx)
 	t.st, t.since, t.cancel, t.stopping = active, now, cancel, stopNone
+	f.runs = append(f.runs, t)
 	f.wg.Go(func() {
 		defer f.conns.release(f.cfg.ConnsPerTenant)
 		defer cancel()
@@ -578,6 +600,7 @@ func (f *Fleet) goRun(ctx context.Context, t *tenant, now time.Time) {
 		defer f.mu.Unlock()
 		defer f.poke()
 		t.cancel = nil
+		f.runs = slices.DeleteFunc(f.runs, func(r *tenant) bool { return r == t })
 		now := time.Now()
 		if claimed > 0 {
 			t.worked = now
@@ -602,7 +625,7 @@ func (f *Fleet) goRun(ctx context.Context, t *tenant, now time.Time) {
 			} else { // woken, or probed, for nothing it could claim
 				t.every = min(2*t.every, f.cfg.MaxProbe)
 			}
-			t.next = now.Add(t.every)
+			f.schedule(t, now.Add(t.every))
 		}
 	})
 }
@@ -661,7 +684,7 @@ func (f *Fleet) failed(t *tenant, err error, now time.Time) {
 	t.err, t.failedAt = err, now
 	t.st, t.rewake = failing, false
 	back := f.cfg.MinProbe << min(t.fails-1, 20)
-	t.next = now.Add(min(back, f.cfg.MaxBackoff))
+	f.schedule(t, now.Add(min(back, f.cfg.MaxBackoff)))
 	f.closePool(t) // its pool (if the fleet's own) and relay made again at the next try, the schema checked again
 }
 
@@ -688,7 +711,8 @@ func (f *Fleet) shutdown() {
 	f.mu.Lock()
 	for _, t := range f.tenants {
 		f.closePool(t)
-		t.st, t.next = idle, time.Time{}
+		t.st = idle
+		f.schedule(t, time.Time{})
 	}
 	f.mu.Unlock()
 	f.unobserve()
@@ -745,7 +769,7 @@ func (f *Fleet) newPool(t *tenant, db *gorm.DB) (*pool, error) {
 		return nil, err
 	}
 	return &pool{db: db, sql: conn.DB, own: t.def.Open != nil, rel: rel, hb: conn.Driver.Heartbeats(conn.Table),
-		st: conn.Driver.Relay(conn.Table), drv: conn.Driver, labelled: cfg.TenantMetrics}, nil
+		table: conn.Table, drv: conn.Driver, labelled: cfg.TenantMetrics}, nil
 }
 
 // closePool closes t's pool if the fleet opened it, and forgets it. Where

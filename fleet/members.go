@@ -126,7 +126,8 @@ func (f *Fleet) assign(live []string) {
 		mine := f.owns(t.def.ID)
 		switch {
 		case mine && t.st == elsewhere:
-			t.st, t.next, t.every = idle, time.Time{}, f.cfg.MinProbe
+			t.st, t.every = idle, f.cfg.MinProbe
+			f.schedule(t, time.Time{})
 		case !mine && t.st == active:
 			t.stop(stopMoved)
 		case !mine && t.st == queued:

@@ -9,6 +9,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/migrate"
 	"github.com/heraldgo/herald/relay"
@@ -76,13 +77,13 @@ func (t *tenant) stop(why stopReason) {
 // pool is a tenant's database as the fleet uses it: its relay and its
 // probe's statement.
 type pool struct {
-	db  *gorm.DB
-	sql *sql.DB
-	own bool // opened through Tenant.Open: capped, shed when idle, closed
-	rel *relay.Relay
-	hb  store.Heartbeats
-	st  store.Relay  // the relay's table, for its schema's lookups (prefetch)
-	drv store.Driver // its database's
+	db    *gorm.DB
+	sql   *sql.DB
+	own   bool // opened through Tenant.Open: capped, shed when idle, closed
+	rel   *relay.Relay
+	hb    store.Heartbeats
+	table ident.Table  // the relay's outbox, for its schema's lookups (prefetch)
+	drv   store.Driver // its database's
 
 	// The catalog read of the pool's relay's first run, made at the probe
 	// that found it due with the others of its shared pool (prefetchSchemas).

@@ -105,10 +105,6 @@ type Relay interface {
 	// Check is Outbox.Check for what the relay uses: the outbox table itself
 	// and the relay's additions that a relay in p's mode needs.
 	Check(ctx context.Context, x Execer, p RelayCheckParams) error
-	// Lookups are the objects Create with p reads in the catalog in one
-	// statement (Driver.ObjectsExist): a fleet reads them for many tenants
-	// at once (migrate.Prefetched).
-	Lookups(p RelayCreateParams) ([]Object, error)
 
 	// Claim claims up to p.Limit due events through db, the way this
 	// database does it (locking the rows in a transaction the batch keeps,

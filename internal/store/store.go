@@ -102,6 +102,10 @@ type Driver interface {
 	Inbox(t ident.Table) Inbox
 	// Relay returns the relay's operations on the outbox table t.
 	Relay(t ident.Table) Relay
+	// RelayLookups are the objects Relay(t).Create with p reads in the
+	// catalog in one statement (ObjectsExist): a fleet reads them for many
+	// tenants at once (migrate.Prefetched).
+	RelayLookups(t ident.Table, p RelayCreateParams) ([]Object, error)
 	// Admin returns the operations the people on call run on the outbox table t.
 	Admin(t ident.Table) Admin
 	// Heartbeats returns what the database knows of the relays of the outbox

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"io/fs"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -336,8 +337,54 @@ func relayNeeded(o store.Object, ordered, retention bool) bool {
 
 // OutboxAndRelayObjects are OutboxObjects and RelayObjects from one
 // rendering of the migrations: a relay's start needs both (a fleet starts a
-// relay per tenant).
+// relay per tenant). A driver's set (fsys behind a pointer, as listed) is
+// rendered once for a table and mode and kept a while (rendered): a fleet's
+// tenant relay asks at the fleet's prefetch, at its start and at its schema
+// check. The caller changes neither slice nor their objects.
 func OutboxAndRelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string, ordered, retention bool) (out, rel []store.Object, err error) {
+	if reflect.TypeOf(fsys).Kind() != reflect.Pointer {
+		return outboxAndRelayObjects(fsys, t, quote, ordered, retention)
+	}
+	k := renderKey{fsys: fsys, t: t, ordered: ordered, retention: retention}
+	rendered.Lock()
+	r, ok := rendered.m[k]
+	rendered.Unlock()
+	if ok {
+		return r.out, r.rel, nil
+	}
+	if out, rel, err = outboxAndRelayObjects(fsys, t, quote, ordered, retention); err != nil {
+		return nil, nil, err
+	}
+	out, rel = slices.Clip(out), slices.Clip(rel) // a caller's append copies
+	rendered.Lock()
+	if len(rendered.m) >= renderedMax || rendered.m == nil {
+		rendered.m = map[renderKey]renderedObjects{}
+	}
+	rendered.m[k] = renderedObjects{out, rel}
+	rendered.Unlock()
+	return out, rel, nil
+}
+
+// renderedMax bounds rendered: a fleet's prefetch renders for up to 100
+// tenants of a probe whose relays start soon after.
+const renderedMax = 256
+
+// rendered are OutboxAndRelayObjects' answers for drivers' sets, by set
+// (whose quoting is its driver's one), table and mode; emptied when full.
+var rendered struct {
+	sync.Mutex
+	m map[renderKey]renderedObjects
+}
+
+type renderKey struct {
+	fsys               fs.FS
+	t                  ident.Table
+	ordered, retention bool
+}
+
+type renderedObjects struct{ out, rel []store.Object }
+
+func outboxAndRelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) string, ordered, retention bool) (out, rel []store.Object, err error) {
 	objs, err := SchemaObjects(fsys, store.DefaultOutbox, t, quote)
 	if err != nil {
 		return nil, nil, err

@@ -111,30 +111,44 @@ func TestRenderAsTheExpression(t *testing.T) {
 	}
 }
 
+// ptrFS is a file system behind a pointer, as a driver's set is (fs.Sub of
+// an embedded one): OutboxAndRelayObjects keeps its renderings.
+type ptrFS struct{ fs.FS }
+
 // OutboxAndRelayObjects, one rendering of the migrations, says what
 // OutboxObjects and RelayObjects say, for every driver's migrations and
-// every relay mode.
+// every relay mode; asked again of a set behind a pointer (its answer kept),
+// the same, whatever the caller appended to the first answer.
 func TestOutboxAndRelayObjects(t *testing.T) {
 	for _, dir := range []string{"../postgres/migrations", "../mysql/migrations", "../sqlite/migrations"} {
-		fsys := os.DirFS(dir)
-		for _, tbl := range []ident.Table{ident.MustTable("outbox_messages"), ident.MustTable("tenant_7.events")} {
-			for _, mode := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
-				out, rel, err := OutboxAndRelayObjects(fsys, tbl, ident.Table.Quoted, mode[0], mode[1])
-				if err != nil {
-					t.Fatal(err)
-				}
-				wantOut, err := OutboxObjects(fsys, tbl, ident.Table.Quoted)
-				if err != nil {
-					t.Fatal(err)
-				}
-				wantRel, err := RelayObjects(fsys, tbl, ident.Table.Quoted, mode[0], mode[1])
-				if err != nil {
-					t.Fatal(err)
-				}
-				same := func(a, b []store.Object) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
-				if len(out) == 0 || !same(out, wantOut) || !same(rel, wantRel) {
-					t.Fatalf("%s, %s, ordered and retention %v: OutboxAndRelayObjects = %d and %d objects, want OutboxObjects' %d and RelayObjects' %d",
-						dir, tbl, mode, len(out), len(rel), len(wantOut), len(wantRel))
+		for _, fsys := range []fs.FS{os.DirFS(dir), &ptrFS{os.DirFS(dir)}, &ptrFS{os.DirFS(dir)}} {
+			for _, tbl := range []ident.Table{ident.MustTable("outbox_messages"), ident.MustTable("tenant_7.events")} {
+				for _, mode := range [][2]bool{{false, false}, {true, false}, {false, true}, {true, true}} {
+					_, rel, err := OutboxAndRelayObjects(fsys, tbl, ident.Table.Quoted, mode[0], mode[1])
+					if err != nil {
+						t.Fatal(err)
+					}
+					mine := append(rel, store.Object{Name: ident.MustTable("mine")})
+					out, rel, err := OutboxAndRelayObjects(fsys, tbl, ident.Table.Quoted, mode[0], mode[1])
+					if err != nil {
+						t.Fatal(err)
+					}
+					if _ = append(rel, store.Object{Name: ident.MustTable("theirs")}); mine[len(mine)-1].Name.Name != "mine" {
+						t.Fatalf("%s (%T): two callers' appends to the kept answer share their room", dir, fsys)
+					}
+					wantOut, err := OutboxObjects(fsys, tbl, ident.Table.Quoted)
+					if err != nil {
+						t.Fatal(err)
+					}
+					wantRel, err := RelayObjects(fsys, tbl, ident.Table.Quoted, mode[0], mode[1])
+					if err != nil {
+						t.Fatal(err)
+					}
+					same := func(a, b []store.Object) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
+					if len(out) == 0 || !same(out, wantOut) || !same(rel, wantRel) {
+						t.Fatalf("%s (%T), %s, ordered and retention %v: OutboxAndRelayObjects = %d and %d objects, want OutboxObjects' %d and RelayObjects' %d",
+							dir, fsys, tbl, mode, len(out), len(rel), len(wantOut), len(wantRel))
+					}
 				}
 			}
 		}

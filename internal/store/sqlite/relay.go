@@ -82,8 +82,8 @@ func (r *relay) Create(ctx context.Context, x store.Execer, p store.RelayCreateP
 	return schema.CreateRelay(ctx, x, r.t, p)
 }
 
-func (r *relay) Lookups(p store.RelayCreateParams) ([]store.Object, error) {
-	return schema.RelayLookups(r.t, p)
+func (Driver) RelayLookups(t ident.Table, p store.RelayCreateParams) ([]store.Object, error) {
+	return schema.RelayLookups(t, p)
 }
 
 func (r *relay) Check(ctx context.Context, x store.Execer, p store.RelayCheckParams) error {
