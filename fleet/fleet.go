@@ -352,13 +352,13 @@ func (f *Fleet) dequeue(t *tenant) {
 const maxGroup = 100
 
 // probeGroups groups the tenants due for a probe, in order: the tenants of
-// one shared pool (Tenant.DB) that are not failing go together, up to
-// maxGroup, each other tenant alone.
+// one shared pool (Tenant.DB) that are not failing and not probed alone go
+// together, up to maxGroup, each other tenant alone.
 func probeGroups(due []*tenant) [][]*tenant {
 	var groups [][]*tenant
 	open := map[*gorm.DB]int{} // a pool's group that has room
 	for _, t := range due {
-		if t.def.DB == nil || t.fails > 0 {
+		if t.def.DB == nil || t.fails > 0 || t.alone {
 			groups = append(groups, []*tenant{t})
 			continue
 		}
@@ -404,10 +404,16 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 	case !f.owns(t.def.ID): // the members changed meanwhile
 		t.st = elsewhere
 		f.closePool(t)
+	case r.slow: // on the probe connection: at once again, alone
+		t.alone, t.st = true, idle
+		f.schedule(t, now)
 	case r.err != nil:
 		f.failed(t, r.err, now)
 	case r.OK && r.Wait <= 0:
 		f.recovered(t)
+		if t.alone && r.took < slowProbe/10 {
+			t.alone, t.claimed = false, 0
+		}
 		f.enqueue(t)
 	case t.rewake:
 		f.recovered(t)
@@ -415,6 +421,9 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 	default:
 		f.recovered(t)
 		t.st = idle
+		if t.alone && r.took < slowProbe/10 { // back with the others
+			t.alone, t.claimed = false, 0
+		}
 		t.every = min(2*t.every, f.cfg.MaxProbe)
 		f.schedule(t, now.Add(t.every))
 		if r.OK && r.Wait < t.every {
@@ -430,8 +439,24 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 // or why it could not be told.
 type probeResult struct {
 	sqlkit.Next
-	err error
+	err  error
+	took time.Duration // a probe of the tenant alone: how long it took
+	slow bool          // the probe on the probe connection took slowProbe and was given up
 }
+
+// slowProbe is how long a probe on a shared pool's probe connection may take:
+// then it is given up and its tenants are probed again at once, each alone
+// through the pool, until a probe of it alone takes under a tenth of it. A
+// tenant's probe reads its pending index from the start: after a backlog
+// was burnt, through the index entries of every row published and not yet
+// vacuumed (a million took 3.9 s to read the first time, 2026-12-07), and on
+// the probe connection every other tenant's probe would wait for it.
+const slowProbe = time.Second
+
+// aloneAfter is how many events a tenant's runs may claim before it is
+// probed alone (as after a slow probe): a probe reads the index entries of
+// the rows published since the last vacuum, about 4 µs each the first time.
+const aloneAfter = 20000
 
 // probe runs the probe statement of ts on one connection of the budget (a
 // shared pool's probe connection, see probeConn): one tenant's, or one for
@@ -443,7 +468,7 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 	// probe connection (probeConn), one probe at a time: taken before a
 	// place of the budget, so that a probe waiting for it holds none.
 	var pc *probeConn
-	if db := ts[0].def.DB; db != nil && ts[0].fails == 0 {
+	if db := ts[0].def.DB; db != nil && ts[0].fails == 0 && !ts[0].alone {
 		pc = f.probeConnOf(db)
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
@@ -481,7 +506,14 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 			xs = []store.Execer{pinned, ps[0].sql}
 		}
 		for k, x := range xs {
-			nexts, err := sqlkit.Nexts(ctx, x, hbs)
+			pinnedTry := k == 0 && pinned != nil
+			qctx, cancel := ctx, context.CancelFunc(func() {})
+			if pinnedTry {
+				qctx, cancel = context.WithTimeout(ctx, slowProbe)
+			}
+			nexts, err := sqlkit.Nexts(qctx, x, hbs)
+			slow := pinnedTry && err != nil && qctx.Err() != nil && ctx.Err() == nil
+			cancel()
 			if err == nil {
 				for i, n := range nexts {
 					res[i].Next = n
@@ -489,8 +521,14 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 				f.prefetchSchemas(ctx, x, ps, res)
 				return res
 			}
-			if k == 0 && pinned != nil {
+			if pinnedTry {
 				pc.drop()
+			}
+			if slow { // which tenant is slow is not known: each alone
+				for i := range res {
+					res[i].slow = true
+				}
+				return res
 			}
 		}
 	}
@@ -499,13 +537,23 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 			continue
 		}
 		if pinned != nil && pc.conn != nil && len(ts) == 1 {
-			if res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, pinned); res[i].err == nil {
+			qctx, cancel := context.WithTimeout(ctx, slowProbe)
+			res[i].Wait, res[i].OK, res[i].err = p.hb.Next(qctx, pinned)
+			slow := res[i].err != nil && qctx.Err() != nil && ctx.Err() == nil
+			cancel()
+			if res[i].err == nil {
 				f.prefetchSchemas(ctx, pinned, ps, res)
 				continue
 			}
 			pc.drop() // and probed again through the pool, where its error is its own
+			if slow {
+				res[i] = probeResult{slow: true}
+				continue
+			}
 		}
+		start := time.Now()
 		res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, p.sql)
+		res[i].took = time.Since(start)
 	}
 	return res
 }
@@ -571,7 +619,7 @@ func (f *Fleet) clean(ctx context.Context, ts []*tenant, ps []*pool, res []probe
 		if t.cleanAt.IsZero() { // first seen: a cleanup interval from now, as a relay's first
 			t.cleanAt = now.Add(f.cfg.Relay.CleanupInterval)
 		}
-		due := ps[i] != nil && res[i].err == nil && !now.Before(t.cleanAt)
+		due := ps[i] != nil && res[i].err == nil && !res[i].slow && !now.Before(t.cleanAt)
 		if due {
 			t.cleanAt = now.Add(f.cfg.Relay.CleanupInterval)
 		}
@@ -604,6 +652,9 @@ func (f *Fleet) goRun(ctx context.Context, t *tenant, now time.Time) {
 		now := time.Now()
 		if claimed > 0 {
 			t.worked = now
+		}
+		if t.claimed += claimed; t.claimed >= aloneAfter {
+			t.alone = true
 		}
 		switch {
 		case ctx.Err() != nil:

@@ -434,6 +434,48 @@ func TestSharedPoolProbeConnection(t *testing.T) {
 	})
 }
 
+// A tenant of a shared pool whose probe does not come back (its outbox
+// locked by another session; or, as after a burnt backlog, reading a
+// million dead index entries) holds up no other tenant's: the probe on the
+// probe connection is given up and each tenant probed alone through the
+// pool. Its own events go out once its outbox is free again.
+func TestSlowProbeHoldsUpNoOther(t *testing.T) {
+	t.Parallel()
+	testkit.ForEach(t, func(t *testing.T, d testkit.Dialect) {
+		w := newWorld(t, d)
+		for _, id := range []string{"slow", "a", "b"} {
+			if !w.addShared(id) {
+				t.Skip("no shared pool on this dialect")
+			}
+			w.write(id, 1, 2)
+		}
+		sqlDB, err := w.writers["slow"].DB()
+		testkit.Must(t, err)
+		lock, err := sqlDB.Conn(t.Context())
+		testkit.Must(t, err)
+		defer lock.Close()
+		take, free := []string{"BEGIN", "LOCK TABLE outbox_messages IN ACCESS EXCLUSIVE MODE"}, "ROLLBACK"
+		if d.Name == "mysql" {
+			take, free = []string{"LOCK TABLES outbox_messages WRITE"}, "UNLOCK TABLES"
+		}
+		for _, q := range take {
+			_, err := lock.ExecContext(t.Context(), q)
+			testkit.Must(t, err)
+		}
+		w.start(fleet.Config{MinProbe: 10 * time.Millisecond, MaxProbe: 20 * time.Millisecond})
+		w.wait("a", 2)
+		w.wait("b", 2)
+		w.write("a", 1, 2)
+		w.wait("a", 4)
+		if n := w.pub.count("slow"); n != 0 {
+			t.Fatalf("%d events of the locked tenant published", n)
+		}
+		_, err = lock.ExecContext(t.Context(), free)
+		testkit.Must(t, err)
+		w.wait("slow", 2)
+	})
+}
+
 // The tenants of a shared pool that a probe finds due, whose relays have
 // not run, check their schema at their first run from one catalog read made
 // with that probe (on its connection), not each with a statement of its

@@ -61,6 +61,8 @@ type tenant struct {
 	failedAt time.Time
 	labelled bool      // its relay's metrics carry its tenant (Config.TenantMetrics)
 	rewake   bool      // woken while probed or relayed: queue it when that ends
+	alone    bool      // probed alone through its pool, not on the probe connection: see slowProbe
+	claimed  int64     // events its runs claimed since it was last probed with the others (aloneAfter)
 	cleanAt  time.Time // when a probe next runs its relay's Cleanup (Relay.Retention)
 }
 
