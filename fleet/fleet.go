@@ -40,7 +40,8 @@ type Fleet struct {
 	running atomic.Bool
 	listen  []*relay.TenantListener // Config.Listen's
 
-	prefetchedChecks atomic.Int64 // relays' first runs that checked their schema from a prefetched read
+	prefetchedChecks atomic.Int64  // relays' first runs that checked their schema from a prefetched read
+	probeTimeout     time.Duration // probeTimeout, shorter in tests
 
 	mu         sync.Mutex
 	tenants    map[string]*tenant
@@ -77,14 +78,15 @@ func New(pub message.Publisher, cfg Config) (*Fleet, error) {
 		}
 	}
 	return &Fleet{
-		cfg:     cfg,
-		pub:     pub,
-		log:     log,
-		conns:   newBudget(cfg.MaxConns),
-		kick:    make(chan struct{}, 1),
-		listen:  listen,
-		tenants: map[string]*tenant{},
-		woken:   map[string]bool{},
+		cfg:          cfg,
+		pub:          pub,
+		log:          log,
+		conns:        newBudget(cfg.MaxConns),
+		probeTimeout: probeTimeout,
+		kick:         make(chan struct{}, 1),
+		listen:       listen,
+		tenants:      map[string]*tenant{},
+		woken:        map[string]bool{},
 	}, nil
 }
 
@@ -404,7 +406,7 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 	case !f.owns(t.def.ID): // the members changed meanwhile
 		t.st = elsewhere
 		f.closePool(t)
-	case r.slow: // on the probe connection: at once again, alone
+	case r.slow: // at once again, alone
 		t.alone, t.st = true, idle
 		f.schedule(t, now)
 	case r.err != nil:
@@ -441,17 +443,24 @@ type probeResult struct {
 	sqlkit.Next
 	err  error
 	took time.Duration // a probe of the tenant alone: how long it took
-	slow bool          // the probe on the probe connection took slowProbe and was given up
+	slow bool          // the probe with others took slowProbe and was given up
 }
 
-// slowProbe is how long a probe on a shared pool's probe connection may take:
-// then it is given up and its tenants are probed again at once, each alone
-// through the pool, until a probe of it alone takes under a tenth of it. A
-// tenant's probe reads its pending index from the start: after a backlog
-// was burnt, through the index entries of every row published and not yet
-// vacuumed (a million took 3.9 s to read the first time, 2026-12-07), and on
-// the probe connection every other tenant's probe would wait for it.
+// slowProbe is how long a probe of a shared pool's tenants together (or of
+// one on the probe connection) may take: then it is given up and its tenants
+// are probed again at once, each alone through the pool, until a probe of it
+// alone takes under a tenth of it. A tenant's probe reads its pending index
+// from the start: after a backlog was burnt, through the index entries of
+// every row published and not yet vacuumed (a million took 3.9 s to read the
+// first time, 2026-12-07), and on the probe connection every other tenant's
+// probe would wait for it.
 const slowProbe = time.Second
+
+// probeTimeout is how long a probe through a tenant's pool (alone) may
+// take: then the tenant counts as failing, backed off as when its database is
+// down, so that tenants whose probes hang (their outboxes locked, their
+// servers unresponsive) cannot hold every one of the Probes at once.
+const probeTimeout = 10 * slowProbe
 
 // aloneAfter is how many events a tenant's runs may claim before it is
 // probed alone (as after a slow probe): a probe reads the index entries of
@@ -507,12 +516,9 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		}
 		for k, x := range xs {
 			pinnedTry := k == 0 && pinned != nil
-			qctx, cancel := ctx, context.CancelFunc(func() {})
-			if pinnedTry {
-				qctx, cancel = context.WithTimeout(ctx, slowProbe)
-			}
+			qctx, cancel := context.WithTimeout(ctx, slowProbe)
 			nexts, err := sqlkit.Nexts(qctx, x, hbs)
-			slow := pinnedTry && err != nil && qctx.Err() != nil && ctx.Err() == nil
+			slow := err != nil && qctx.Err() != nil && ctx.Err() == nil
 			cancel()
 			if err == nil {
 				for i, n := range nexts {
@@ -552,7 +558,12 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 			}
 		}
 		start := time.Now()
-		res[i].Wait, res[i].OK, res[i].err = p.hb.Next(ctx, p.sql)
+		qctx, cancel := context.WithTimeout(ctx, f.probeTimeout)
+		res[i].Wait, res[i].OK, res[i].err = p.hb.Next(qctx, p.sql)
+		if res[i].err != nil && qctx.Err() != nil && ctx.Err() == nil {
+			res[i].err = fmt.Errorf("probe: no answer within %s: %w", f.probeTimeout, res[i].err)
+		}
+		cancel()
 		res[i].took = time.Since(start)
 	}
 	return res

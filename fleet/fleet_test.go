@@ -462,7 +462,7 @@ func TestSlowProbeHoldsUpNoOther(t *testing.T) {
 			_, err := lock.ExecContext(t.Context(), q)
 			testkit.Must(t, err)
 		}
-		w.start(fleet.Config{MinProbe: 10 * time.Millisecond, MaxProbe: 20 * time.Millisecond})
+		f := w.start(fleet.Config{MinProbe: 10 * time.Millisecond, MaxProbe: 20 * time.Millisecond}, func(f *fleet.Fleet) { fleet.SetProbeTimeout(f, 3*time.Second) })
 		w.wait("a", 2)
 		w.wait("b", 2)
 		w.write("a", 1, 2)
@@ -470,6 +470,15 @@ func TestSlowProbeHoldsUpNoOther(t *testing.T) {
 		if n := w.pub.count("slow"); n != 0 {
 			t.Fatalf("%d events of the locked tenant published", n)
 		}
+		// Its probe alone, through the pool, given up in turn: failing.
+		testkit.Eventually(t, 30*time.Second, "the locked tenant failing", func() bool {
+			for _, st := range f.Status() {
+				if st.ID == "slow" && st.State == "failing" && errors.Is(st.Err, context.DeadlineExceeded) {
+					return true
+				}
+			}
+			return false
+		})
 		_, err = lock.ExecContext(t.Context(), free)
 		testkit.Must(t, err)
 		w.wait("slow", 2)

@@ -131,8 +131,9 @@ func (w *world) write(id string, accounts, k int) {
 	}
 }
 
-// start runs a fleet of cfg on the world's publisher until the test ends.
-func (w *world) start(cfg fleet.Config) *fleet.Fleet {
+// start runs a fleet of cfg on the world's publisher until the test ends,
+// calling before on it first.
+func (w *world) start(cfg fleet.Config, before ...func(*fleet.Fleet)) *fleet.Fleet {
 	w.t.Helper()
 	if cfg.Tenants == nil {
 		cfg.Tenants = w.list()
@@ -149,6 +150,9 @@ func (w *world) start(cfg fleet.Config) *fleet.Fleet {
 	}
 	f, err := fleet.New(w.pub, cfg)
 	testkit.Must(w.t, err)
+	for _, fn := range before {
+		fn(f)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.Run(ctx) }()
