@@ -413,9 +413,7 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 		f.failed(t, r.err, now)
 	case r.OK && r.Wait <= 0:
 		f.recovered(t)
-		if t.alone && r.took < slowProbe/10 {
-			t.alone, t.claimed = false, 0
-		}
+		t.rejoin(r)
 		f.enqueue(t)
 	case t.rewake:
 		f.recovered(t)
@@ -423,9 +421,7 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 	default:
 		f.recovered(t)
 		t.st = idle
-		if t.alone && r.took < slowProbe/10 { // back with the others
-			t.alone, t.claimed = false, 0
-		}
+		t.rejoin(r)
 		t.every = min(2*t.every, f.cfg.MaxProbe)
 		f.schedule(t, now.Add(t.every))
 		if r.OK && r.Wait < t.every {
@@ -434,6 +430,14 @@ func (f *Fleet) probed(ctx context.Context, t *tenant, r probeResult, now time.T
 		if t.def.Open != nil && t.pool != nil && now.Sub(t.worked) > f.cfg.IdleClose {
 			f.closePool(t)
 		}
+	}
+}
+
+// rejoin puts t, probed alone, back with the others of its shared pool once
+// a probe of it alone answered in under a tenth of slowProbe.
+func (t *tenant) rejoin(r probeResult) {
+	if t.alone && r.took < slowProbe/10 {
+		t.alone, t.claimed = false, 0
 	}
 }
 
@@ -516,10 +520,11 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 		}
 		for k, x := range xs {
 			pinnedTry := k == 0 && pinned != nil
-			qctx, cancel := context.WithTimeout(ctx, slowProbe)
-			nexts, err := sqlkit.Nexts(qctx, x, hbs)
-			slow := err != nil && qctx.Err() != nil && ctx.Err() == nil
-			cancel()
+			var nexts []sqlkit.Next
+			slow, err := within(ctx, slowProbe, func(ctx context.Context) (err error) {
+				nexts, err = sqlkit.Nexts(ctx, x, hbs)
+				return err
+			})
 			if err == nil {
 				for i, n := range nexts {
 					res[i].Next = n
@@ -543,11 +548,11 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 			continue
 		}
 		if pinned != nil && pc.conn != nil && len(ts) == 1 {
-			qctx, cancel := context.WithTimeout(ctx, slowProbe)
-			res[i].Wait, res[i].OK, res[i].err = p.hb.Next(qctx, pinned)
-			slow := res[i].err != nil && qctx.Err() != nil && ctx.Err() == nil
-			cancel()
-			if res[i].err == nil {
+			slow, err := within(ctx, slowProbe, func(ctx context.Context) (err error) {
+				res[i].Wait, res[i].OK, err = p.hb.Next(ctx, pinned)
+				return err
+			})
+			if res[i].err = err; err == nil {
 				f.prefetchSchemas(ctx, pinned, ps, res)
 				continue
 			}
@@ -558,15 +563,24 @@ func (f *Fleet) probe(ctx context.Context, ts []*tenant) []probeResult {
 			}
 		}
 		start := time.Now()
-		qctx, cancel := context.WithTimeout(ctx, f.probeTimeout)
-		res[i].Wait, res[i].OK, res[i].err = p.hb.Next(qctx, p.sql)
-		if res[i].err != nil && qctx.Err() != nil && ctx.Err() == nil {
-			res[i].err = fmt.Errorf("probe: no answer within %s: %w", f.probeTimeout, res[i].err)
+		hung, err := within(ctx, f.probeTimeout, func(ctx context.Context) (err error) {
+			res[i].Wait, res[i].OK, err = p.hb.Next(ctx, p.sql)
+			return err
+		})
+		if res[i].err, res[i].took = err, time.Since(start); hung {
+			res[i].err = fmt.Errorf("probe: no answer within %s: %w", f.probeTimeout, err)
 		}
-		cancel()
-		res[i].took = time.Since(start)
 	}
 	return res
+}
+
+// within runs q with d to answer; late says that q failed because d ran out
+// (not ctx).
+func within(ctx context.Context, d time.Duration, q func(context.Context) error) (late bool, err error) {
+	qctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	err = q(qctx)
+	return err != nil && qctx.Err() != nil && ctx.Err() == nil, err
 }
 
 // maxPrefetch is how many objects one statement of prefetchSchemas looks up
