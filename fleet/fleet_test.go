@@ -321,11 +321,15 @@ func TestMembersShareTenants(t *testing.T) {
 			w.add(ids[i])
 		}
 		control := d.Open(t, d.NewDSN(t), nil)
-		cfg := fleet.Config{Members: control, MemberTTL: 600 * time.Millisecond, MinProbe: 20 * time.Millisecond, MaxConns: 10}
+		// Named members: with the default names (a random part) one member
+		// hashes all 8 tenants to itself in 1 run of 128.
+		cfg := fleet.Config{Members: control, MemberTTL: 600 * time.Millisecond, MinProbe: 20 * time.Millisecond, MaxConns: 10,
+			Relay: relay.Config{InstanceID: "member-a"}}
 		a := w.start(cfg)
 		ctxB, stopB := context.WithCancel(context.Background())
 		cfgB := cfg
 		cfgB.Logger, cfgB.Relay.Logger, cfgB.Relay.PollInterval = testkit.Quiet(), testkit.Quiet(), 50*time.Millisecond
+		cfgB.Relay.InstanceID = "member-b"
 		cfgB.Tenants = w.list()
 		b, err := fleet.New(w.pub, cfgB)
 		testkit.Must(t, err)
