@@ -58,8 +58,9 @@ func indexReads(t *testing.T, db *gorm.DB, idx string) int64 {
 // While a transaction holds vacuum back, the relay's claims do not walk the
 // index entries of the events it published: with 3,000 such entries at the
 // head of the index, a relay that claims about 50 times (one event at a time)
-// reads two head scans' worth of entries (its first claims, before it has a
-// position), not 50.
+// reads a few head scans' worth of entries (its first claims, before it has a
+// position: two, more on a loaded machine, where an ordered relay waits
+// longer for its leases), not 50.
 func TestClaimsSkipDeadRows(t *testing.T) {
 	for _, ordered := range []bool{false, true} {
 		t.Run(map[bool]string{false: "unordered", true: "ordered"}[ordered], func(t *testing.T) {
@@ -111,7 +112,7 @@ func TestClaimsSkipDeadRows(t *testing.T) {
 				return read > 0
 			})
 			t.Logf("%d index entries read by about 50 claims over 3,000 dead ones", read)
-			if read > 12000 {
+			if read > 30000 { // 50 head scans: 150,000
 				t.Fatalf("the claims read %d index entries: they walk the dead rows", read)
 			}
 		})
