@@ -917,10 +917,11 @@ func testRelayOutageKillsNoEventWhenever(t *testing.T, dl testkit.Dialect) {
 					pub.Down()
 					want += len(testkit.IDSet(e.write(50, 2)))
 				}
-				// Until some event failed twice MaxAttempts times (about 1s),
-				// or died.
+				// Until some event failed twice MaxAttempts times (about 1s;
+				// up to 15s on a loaded machine, ordered, with two relays
+				// taking the partitions' leases), or died.
 				var attempts int
-				for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+				for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 					var dead int
 					_, attempts, dead = e.strikes()
 					if attempts >= 2*3 || dead > 0 {
@@ -933,7 +934,7 @@ func testRelayOutageKillsNoEventWhenever(t *testing.T, dl testkit.Dialect) {
 					t.Fatalf("during the outage: %d dead, at most %d strikes; want none", dead, strikes)
 				}
 				if attempts < 2*3 {
-					t.Fatalf("events failed at most %d times in 15s: the outage was not exercised", attempts)
+					t.Fatalf("events failed at most %d times in 30s: the outage was not exercised", attempts)
 				}
 				if c.midBatch && got.Distinct() == 0 {
 					t.Fatal("nothing was published before the outage: it did not begin mid-batch")
@@ -966,14 +967,16 @@ func testRelayOutageRecoveryMakesRetriesDue(t *testing.T, dl testkit.Dialect) {
 		early := testkit.IDSet(e.write(10, 1))
 		stop := e.trickle(100 * time.Millisecond)
 		// Each early event fails at 0, then 0.5-1s later, then 1-2s later;
-		// then it waits 2-4s: most are not due within 1s of 2.5s (later on a
-		// loaded machine: look until one is, for 15s).
+		// then it waits 2-4s, then 4-8s: look until one is due more than 3s
+		// from now (later on a loaded machine: for 20s). Arriving within 2s
+		// of the broker's return, it was made due; the margin of a second
+		// either way holds on a loaded machine.
 		waiting := 0
-		for deadline := time.Now().Add(15 * time.Second); waiting == 0 && time.Now().Before(deadline); {
+		for deadline := time.Now().Add(20 * time.Second); waiting == 0 && time.Now().Before(deadline); {
 			time.Sleep(250 * time.Millisecond)
 			waits := testkit.Waits(t, e.db)
 			for _, rw := range e.rows() {
-				if rw.Attempts >= 3 && waits[rw.ID] > time.Second {
+				if rw.Attempts >= 3 && waits[rw.ID] > 3*time.Second {
 					waiting++
 				}
 			}
@@ -984,7 +987,7 @@ func testRelayOutageRecoveryMakesRetriesDue(t *testing.T, dl testkit.Dialect) {
 		pub.Up()
 		back := time.Now()
 		eventually(t, 5*time.Second, "the early events", func() bool { return got.HasAll(early) })
-		if d := time.Since(back); d > time.Second {
+		if d := time.Since(back); d > 2*time.Second {
 			t.Fatalf("the outage's failed events arrived %v after the broker came back: their retries were not made due", d)
 		}
 		healthy := stop()
