@@ -49,6 +49,7 @@ type Fleet struct {
 	woken      map[string]bool
 	probing    int
 	scanAt     time.Time               // step's next look for tenants due a probe: the earliest next it saw (schedule lowers it)
+	probesFull bool                    // step left tenants due a probe as Probes were all taken: a probe's end has it look again
 	runs       []*tenant               // the active tenants, for their turns
 	unknown    bool                    // a woken id is not a tenant yet: refresh
 	listed     bool                    // Config.Tenants was called (Stats before Run calls it)
@@ -293,8 +294,8 @@ func (f *Fleet) step(ctx context.Context, now time.Time) time.Duration {
 		}
 		slices.SortFunc(due, func(a, b *tenant) int { return a.next.Compare(b.next) })
 		for _, g := range probeGroups(due) {
-			if f.probing >= f.cfg.Probes { // the rest at the next step (a probe's end pokes)
-				f.scanAt = now
+			if f.probing >= f.cfg.Probes { // the rest when a probe ends (not at every step meanwhile: a look reads every tenant)
+				f.probesFull = true
 				break
 			}
 			f.probing++
@@ -387,6 +388,10 @@ func (f *Fleet) goProbe(ctx context.Context, ts []*tenant) {
 		defer f.mu.Unlock()
 		defer f.poke()
 		f.probing--
+		if f.probesFull { // the tenants step left due: at the next step
+			f.probesFull = false
+			f.scanAt = time.Time{}
+		}
 		now := time.Now()
 		for i, t := range ts {
 			f.probed(ctx, t, res[i], now)
