@@ -346,34 +346,58 @@ func OutboxAndRelayObjects(fsys fs.FS, t ident.Table, quote func(ident.Table) st
 		return outboxAndRelayObjects(fsys, t, quote, ordered, retention)
 	}
 	k := renderKey{fsys: fsys, t: t, ordered: ordered, retention: retention}
-	rendered.Lock()
-	r, ok := rendered.m[k]
-	rendered.Unlock()
-	if ok {
+	if r, ok := rendered.get(k); ok {
 		return r.out, r.rel, nil
 	}
 	if out, rel, err = outboxAndRelayObjects(fsys, t, quote, ordered, retention); err != nil {
 		return nil, nil, err
 	}
 	out, rel = slices.Clip(out), slices.Clip(rel) // a caller's append copies
-	rendered.Lock()
-	if len(rendered.m) >= renderedMax || rendered.m == nil {
-		rendered.m = map[renderKey]renderedObjects{}
-	}
-	rendered.m[k] = renderedObjects{out, rel}
-	rendered.Unlock()
+	rendered.put(k, renderedObjects{out, rel})
 	return out, rel, nil
 }
 
-// renderedMax bounds rendered: a fleet's prefetch renders for up to 100
-// tenants of a probe whose relays start soon after.
-const renderedMax = 256
+// renderedMax bounds each of rendered's two generations: a fleet's probes
+// render for the tenants they find due (100 a probe), whose relays start
+// when places are free, up to a few hundred tenants later in a burn-down of
+// 1,000 (a tenant's objects are about 8 kB).
+const renderedMax = 512
 
 // rendered are OutboxAndRelayObjects' answers for drivers' sets, by set
-// (whose quoting is its driver's one), table and mode; emptied when full.
-var rendered struct {
+// (whose quoting is its driver's one), table and mode: the newer generation
+// (cur) and the one before (old), dropped when cur is full; a hit in old
+// moves to cur, so that what was rendered last, or used, stays.
+var rendered renderCache
+
+type renderCache struct {
 	sync.Mutex
-	m map[renderKey]renderedObjects
+	cur, old map[renderKey]renderedObjects
+}
+
+func (c *renderCache) get(k renderKey) (renderedObjects, bool) {
+	c.Lock()
+	defer c.Unlock()
+	if r, ok := c.cur[k]; ok {
+		return r, true
+	}
+	r, ok := c.old[k]
+	if ok {
+		c.add(k, r)
+	}
+	return r, ok
+}
+
+func (c *renderCache) put(k renderKey, r renderedObjects) {
+	c.Lock()
+	defer c.Unlock()
+	c.add(k, r)
+}
+
+func (c *renderCache) add(k renderKey, r renderedObjects) {
+	if c.cur == nil || len(c.cur) >= renderedMax {
+		c.old, c.cur = c.cur, make(map[renderKey]renderedObjects, renderedMax)
+	}
+	c.cur[k] = r
 }
 
 type renderKey struct {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -215,5 +216,32 @@ func TestCreateRelayFromPrefetched(t *testing.T) {
 	}
 	if _, err := Prefetch(look, all[1:]); err == nil {
 		t.Fatal("Prefetch with fewer answers than objects: no error")
+	}
+}
+
+// The cache of rendered objects keeps the last renderedMax tables and those
+// of the generation before: a fleet's relay that starts some hundred tenants
+// after its probe rendered its objects finds them, and a hit in the older
+// generation stays through the next turn.
+func TestRenderCacheGenerations(t *testing.T) {
+	var c renderCache
+	key := func(i int) renderKey { return renderKey{t: ident.Table{Name: ident.Name(fmt.Sprintf("t%d", i))}} }
+	for i := range renderedMax + renderedMax/2 {
+		c.put(key(i), renderedObjects{})
+	}
+	if _, ok := c.get(key(renderedMax - 1)); !ok {
+		t.Fatal("the last table of the older generation was dropped")
+	}
+	if _, ok := c.get(key(0)); !ok {
+		t.Fatal("the first table, one generation back, was dropped")
+	}
+	for i := range renderedMax {
+		c.put(key(10000+i), renderedObjects{})
+	}
+	if _, ok := c.get(key(0)); !ok {
+		t.Error("a table found in the older generation was dropped at the next turn")
+	}
+	if _, ok := c.get(key(1)); ok {
+		t.Error("a table two generations back is still kept")
 	}
 }

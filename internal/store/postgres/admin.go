@@ -175,7 +175,7 @@ func (a *admin) PurgeDead(ctx context.Context, db store.DB, olderThan time.Durat
 
 // requeue requeues the dead event id in x's transaction.
 func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, error) {
-	n, err := sqlkit.Affected(ctx, x, r.q.requeue, id)
+	n, err := sqlkit.Affected(ctx, x, r.q().requeue, id)
 	return n > 0, err
 }
 
@@ -183,7 +183,7 @@ func (r *relay) requeue(ctx context.Context, x store.Execer, id string) (bool, e
 // then forgets the positions: the events keep their places in the order, and
 // a claim that ran before the commit passed over them.
 func (r *relay) requeueAll(ctx context.Context, db store.DB) (int64, error) {
-	n, err := sqlkit.Affected(ctx, db, r.q.requeueAll)
+	n, err := sqlkit.Affected(ctx, db, r.q().requeueAll)
 	if n > 0 {
 		r.pos.rewind()
 	}

@@ -12,7 +12,7 @@ import (
 // table's oid: one instance cleans at a time, tables of one name in other
 // schemas clean apart.
 func (r *relay) Cleanup(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	return lockedDelete(ctx, db, "herald.cleanup:", r.t, r.q.cleanup, float64(olderThan.Milliseconds()), limit)
+	return lockedDelete(ctx, db, "herald.cleanup:", r.t, r.q().cleanup, float64(olderThan.Milliseconds()), limit)
 }
 
 // lockedDelete runs del in a transaction holding the advisory lock of (key,

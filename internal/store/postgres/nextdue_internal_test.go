@@ -18,7 +18,7 @@ func TestNextDuePlannedThroughTheScheduledIndex(t *testing.T) {
 	db, o, r := orderedOutbox(t)
 	plan := func() string {
 		t.Helper()
-		rows, err := db.QueryContext(t.Context(), `EXPLAIN `+r.q.nextDue)
+		rows, err := db.QueryContext(t.Context(), `EXPLAIN `+r.q().nextDue)
 		if err != nil {
 			t.Fatal(err)
 		}

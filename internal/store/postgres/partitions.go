@@ -31,7 +31,7 @@ func (r *relay) Partitioned(ctx context.Context, x store.Execer) (bool, error) {
 // CleanupDefault deletes a batch of the default partition's published events
 // past the retention, as Cleanup does on a plain outbox.
 func (r *relay) CleanupDefault(ctx context.Context, db *sql.DB, olderThan time.Duration, limit int) (int64, error) {
-	return lockedDelete(ctx, db, "herald.cleanup:", r.t, r.q.cleanupDefault, float64(olderThan.Milliseconds()), limit)
+	return lockedDelete(ctx, db, "herald.cleanup:", r.t, r.q().cleanupDefault, float64(olderThan.Milliseconds()), limit)
 }
 
 // partitionLockTimeout bounds the wait for the table lock a partition's

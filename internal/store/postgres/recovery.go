@@ -16,9 +16,9 @@ import (
 func (r *relay) RecoverOutage(ctx context.Context, db store.DB, rec store.Recovery) (int64, error) {
 	if f := rec.Fence; f != nil {
 		parts, gens := sqlkit.FenceParts(f)
-		return r.recover(ctx, db, r.q.recoverOwned, rec.Since, rec.Topics, rec.Types, f.Partitions, f.Instance, parts, gens)
+		return r.recover(ctx, db, r.q().recoverOwned, rec.Since, rec.Topics, rec.Types, f.Partitions, f.Instance, parts, gens)
 	}
-	return r.recover(ctx, db, r.q.recoverOutage, rec.Since, rec.Topics, rec.Types)
+	return r.recover(ctx, db, r.q().recoverOutage, rec.Since, rec.Topics, rec.Types)
 }
 
 func (r *relay) recover(ctx context.Context, x store.Execer, q string, since time.Time, topics, types []string, more ...any) (int64, error) {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/heraldgo/herald/internal/ident"
@@ -54,11 +55,15 @@ type relay struct {
 	t      ident.Table
 	claims claimQueries
 	marks  markQueries
-	q      struct {
-		recoverOutage, recoverOwned, stats, unheld, scheduled, nextDue, storage, requeue, requeueAll, cleanup, cleanupDefault string
-	}
+	q      func() *relayQueries // made at first use: a fleet's tenant relay often claims and marks only
 	leases leases
 	pos    *position // where claims start
+}
+
+// relayQueries are the relay's statements other than the claims' and the
+// marks'.
+type relayQueries struct {
+	recoverOutage, recoverOwned, stats, unheld, scheduled, nextDue, storage, requeue, requeueAll, cleanup, cleanupDefault string
 }
 
 // newRelay returns the relay of the outbox t, its statements built once.
@@ -67,7 +72,13 @@ func newRelay(t ident.Table) *relay {
 	rep := strings.NewReplacer("{set}", requeueSet, "{async}", asyncCommit, "{t}", t.Quoted(), "{cols}", claimCols, "{pending}", pending, "{part}", partitionExpr, "{since}", pendingSince)
 	r.claims = newClaimQueries(t, rep)
 	r.marks = newMarkQueries(t, rep)
-	q := &r.q
+	r.q = sync.OnceValue(func() *relayQueries { return newRelayQueries(t, rep) })
+	r.leases = newLeases(t, r.pos)
+	return r
+}
+
+func newRelayQueries(t ident.Table, rep *strings.Replacer) *relayQueries {
+	q := &relayQueries{}
 	recover := `WITH u AS (UPDATE {t} AS o SET available_at = statement_timestamp()
 FROM (SELECT DISTINCT * FROM unnest($2::text[], $3::text[])) AS k(topic, type)
 WHERE o.processed_at IS NULL AND o.dead_at IS NULL AND o.attempts > 0
@@ -98,8 +109,7 @@ WHERE dead_at IS NOT NULL`)
   SELECT id FROM {t} WHERE processed_at < now() - $1::float8 * interval '1 millisecond' LIMIT $2)`
 	q.cleanup = rep.Replace(cleanup)
 	q.cleanupDefault = strings.ReplaceAll(cleanup, "{t}", t.Derived("_default").Quoted())
-	r.leases = newLeases(t, r.pos)
-	return r
+	return q
 }
 
 func (r *relay) Create(ctx context.Context, x store.Execer, p store.RelayCreateParams) error {

@@ -137,7 +137,7 @@ func (o *outbox) Reschedule(ctx context.Context, x store.Execer, p store.Resched
 // nextDueSQL).
 func (r *relay) NextDue(ctx context.Context, x store.Execer) (time.Duration, bool, error) {
 	var secs sql.NullFloat64
-	err := sqlkit.QueryRow(ctx, x, r.q.nextDue, nil, &secs)
+	err := sqlkit.QueryRow(ctx, x, r.q().nextDue, nil, &secs)
 	if err != nil || !secs.Valid {
 		return 0, false, err
 	}

@@ -15,14 +15,14 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 		s   store.Stats
 		age sql.NullFloat64
 	)
-	if err := sqlkit.QueryRow(ctx, x, r.q.stats, nil, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q().stats, nil, &s.Pending, &s.Failing, &s.Dead, &age); err != nil {
 		return s, err
 	}
 	if age.Valid {
 		s.OldestPending = time.Duration(age.Float64 * float64(time.Second))
 	}
 	var next, overdue float64
-	if err := sqlkit.QueryRow(ctx, x, r.q.scheduled, nil, &s.Scheduled, &next, &overdue); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q().scheduled, nil, &s.Scheduled, &next, &overdue); err != nil {
 		return s, fmt.Errorf("scheduled figures: %w", err)
 	}
 	s.NextScheduled, s.Overdue = seconds(next), seconds(overdue)
@@ -31,7 +31,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 		readAll           bool
 		xact              sql.NullFloat64
 	)
-	if err := sqlkit.QueryRow(ctx, x, r.q.storage, []any{r.t.Quoted()}, &deadTuples, &bytes, &readAll, &xact); err != nil {
+	if err := sqlkit.QueryRow(ctx, x, r.q().storage, []any{r.t.Quoted()}, &deadTuples, &bytes, &readAll, &xact); err != nil {
 		return s, fmt.Errorf("storage figures: %w", err)
 	}
 	s.Storage = true
@@ -48,7 +48,7 @@ func (r *relay) Stats(ctx context.Context, x store.Execer) (store.Stats, error) 
 // OldestUnheld is the oldest pending age an ordered relay reports
 // (sqlkit.OldestUnheld, unheldSQL).
 func (r *relay) OldestUnheld(ctx context.Context, x store.Execer) (time.Duration, error) {
-	return sqlkit.OldestUnheld(ctx, x, r.q.unheld, nil)
+	return sqlkit.OldestUnheld(ctx, x, r.q().unheld, nil)
 }
 
 // unheldSQL is sqlkit.OldestUnheld's statement: of the $1 due pending
