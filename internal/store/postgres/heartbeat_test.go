@@ -8,6 +8,7 @@ import (
 	"github.com/heraldgo/herald/internal/pgtest"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/postgres"
+	"github.com/heraldgo/herald/internal/store/sqlkit"
 )
 
 // A beat turns synchronous_commit off for its own transaction only (its
@@ -39,5 +40,44 @@ func TestBeatKeepsSessionSettings(t *testing.T) {
 	}
 	if len(is) != 1 || is[0].Instance != "i1" || is[0].Ago > time.Minute {
 		t.Fatalf("Instances = %+v, want i1 seen just now", is)
+	}
+}
+
+// The probe of many outboxes in one statement (sqlkit.Nexts), whose text
+// names them and so is seldom the same twice, is not kept as a prepared
+// statement on the session: pgx's cache would keep 512 of them, each
+// holding megabytes of the server's memory.
+func TestNextsKeepsNoStatement(t *testing.T) {
+	db := pgtest.SchemaDB(t)
+	db.SetMaxOpenConns(1) // the probe and the look at the session's statements on one session
+	ctx := t.Context()
+	var hbs []store.Heartbeats
+	for _, name := range []string{"a_outbox", "b_outbox"} {
+		tbl := ident.MustTable(name)
+		if err := (postgres.Driver{}).Outbox(tbl).Create(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+		hbs = append(hbs, postgres.Driver{}.Heartbeats(tbl))
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO a_outbox (id, type, topic, payload, occurred_at)
+VALUES (gen_random_uuid(), 't', 't', '{}', now())`); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		got, err := sqlkit.Nexts(ctx, db, hbs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != 2 || !got[0].OK || got[0].Wait > 0 || got[1].OK {
+			t.Fatalf("Nexts = %+v, want a_outbox due now and b_outbox empty", got)
+		}
+	}
+	var kept int
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_prepared_statements
+WHERE statement LIKE '%available_at - now()%' AND statement NOT LIKE '%pg_prepared_statements%'`).Scan(&kept); err != nil {
+		t.Fatal(err)
+	}
+	if kept != 0 {
+		t.Fatalf("the probe is kept as %d prepared statement(s) on the session", kept)
 	}
 }
