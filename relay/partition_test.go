@@ -179,6 +179,95 @@ func TestPartitionCreationBehindAReader(t *testing.T) {
 	}
 }
 
+// Two relays' maintenance rounds, several ranges missing, while a reader
+// holds the outbox (pg_dump's ACCESS SHARE): each round ends at its first
+// lock wait given up, and only one relay's DDL waits in the outbox's lock
+// queue at a time, so a save waits behind at most one such wait. Before,
+// each round waited for each missing range in turn, both relays at once,
+// and a chaos run's save waited 2 s behind 19 of these waits.
+func TestPartitionRoundsBehindAReaderWaitOnce(t *testing.T) {
+	t.Parallel()
+	_, dsn := pgtest.Schema(t)
+	const interval = time.Second
+	cfg := relay.Config{Retention: time.Hour, DropPartitions: true, PartitionInterval: interval,
+		CleanupInterval: time.Hour, Logger: quietLogger()}
+	var relays []*relay.Relay
+	for range 2 {
+		r, err := relay.New(pgtest.OpenDSN(t, dsn, nil), newGoChannel(), cfg)
+		testkit.Must(t, err)
+		testkit.Must(t, r.Setup(context.Background()))
+		relays = append(relays, r)
+	}
+	time.Sleep(3 * interval) // three ranges ahead are now missing
+
+	reader := pgtest.OpenDSN(t, dsn, nil)
+	const hold = 3 * time.Second
+	locked, released := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(released)
+		err := reader.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec(`LOCK TABLE outbox_messages IN ACCESS SHARE MODE`).Error; err != nil {
+				return err
+			}
+			close(locked)
+			time.Sleep(hold)
+			return nil
+		})
+		if err != nil {
+			t.Errorf("reader: %v", err)
+		}
+	}()
+	<-locked
+
+	// The watcher: the transactions waiting for a lock of the outbox, at
+	// each look, until both rounds ended.
+	watch := pgtest.OpenDSN(t, dsn, nil)
+	waiters := map[string]bool{}
+	most := 0
+	ctx, stop := context.WithCancel(context.Background())
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ctx.Err() == nil {
+			var now []string
+			if err := watch.Raw(`SELECT virtualtransaction FROM pg_locks
+WHERE locktype = 'relation' AND relation = 'outbox_messages'::regclass AND NOT granted`).Scan(&now).Error; err != nil {
+				if ctx.Err() == nil {
+					t.Errorf("watcher: %v", err)
+				}
+				return
+			}
+			most = max(most, len(now))
+			for _, v := range now {
+				waiters[v] = true
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	rounds := make(chan error, len(relays))
+	for _, r := range relays {
+		go func() {
+			_, err := r.Cleanup(context.Background()) // a maintenance round: creates the missing ranges
+			rounds <- err
+		}()
+	}
+	for range relays {
+		testkit.Must(t, <-rounds)
+	}
+	stop()
+	<-watched
+	if most > 1 {
+		t.Errorf("%d relays' partition DDL waited in the outbox's lock queue at once, want one at a time", most)
+	}
+	if len(waiters) > len(relays) {
+		t.Errorf("%d waits in the outbox's lock queue in %d rounds, want at most one a round", len(waiters), len(relays))
+	}
+	if len(waiters) == 0 {
+		t.Errorf("no partition DDL waited behind the reader; the test saw nothing")
+	}
+	<-released
+}
+
 // The longest table name DropPartitions accepts gets a partition of its own
 // for each range of a one-second interval, and events land in them, not in
 // the default partition; a longer one is refused at New (PostgreSQL would

@@ -160,8 +160,11 @@ type Relay interface {
 	// that hold no pending or dead event and none published within
 	// olderThan, each under a short lock of the whole table. It returns how
 	// many it created and dropped; it goes on past a partition it cannot
-	// create or drop, and returns the first error (Partitions; else
-	// ErrNotSupported).
+	// create or drop, and returns the first error, but ends the round at
+	// the first lock it could not have in time (a reader holds the table)
+	// and, with no error, when another instance is maintaining the same
+	// outbox's partitions: writers wait behind one such wait at most
+	// (Partitions; else ErrNotSupported).
 	MaintainPartitions(ctx context.Context, db *sql.DB, interval, olderThan time.Duration) (created, dropped int, err error)
 	// CleanupDefault is Cleanup on the default partition alone (the range
 	// partitions are dropped whole; Partitions, else ErrNotSupported).

@@ -3,8 +3,11 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
@@ -74,7 +77,13 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 		// the outbox's lock is not had within partitionLockTimeout (a
 		// reader holds the table): retried at the next round.
 		if e := r.createPartition(ctx, db, name, start, start.Add(interval)); e != nil {
+			if errors.Is(e, errPartitionsBusy) {
+				return created, dropped, err
+			}
 			keep(fmt.Errorf("create partition %s: %w", name, e))
+			if lockContended(e) {
+				return created, dropped, err
+			}
 			continue
 		}
 		created++
@@ -103,7 +112,13 @@ WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'D
 		}
 		ok, e := r.dropPartition(ctx, db, p.name, olderThan)
 		if e != nil {
+			if errors.Is(e, errPartitionsBusy) {
+				return created, dropped, err
+			}
 			keep(fmt.Errorf("drop partition %s: %w", p.name, e))
+			if lockContended(e) {
+				return created, dropped, err
+			}
 			continue
 		}
 		if ok {
@@ -113,22 +128,47 @@ WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'D
 	return created, dropped, err
 }
 
-// lockTimeoutTx begins a transaction whose lock waits give up after
-// partitionLockTimeout: DDL that takes a strong lock of the outbox at run
-// time queues behind any reader of the table (a pg_dump), and every writer
-// queues behind it meanwhile, so it waits briefly and is tried again later.
-// Once it has the lock, the server ends it after partitionHoldTimeout idle
-// or in one statement: a stopped relay never holds the writers back longer.
-func lockTimeoutTx(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
+// errPartitionsBusy is lockTimeoutTx's answer while another relay's
+// partition DDL on the same outbox is under way: this round ends, and that
+// relay maintains the partitions.
+var errPartitionsBusy = errors.New("another relay is maintaining the partitions")
+
+// lockContended reports whether err is a lock wait given up
+// (lock_not_available, after partitionLockTimeout) or a statement ended by
+// partitionHoldTimeout (query_canceled): the outbox is contended, and the
+// round ends there rather than queue the saves behind one more wait.
+func lockContended(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014")
+}
+
+// lockTimeoutTx begins a transaction for partition DDL on the outbox t,
+// whose lock waits give up after partitionLockTimeout: DDL that takes a
+// strong lock of the outbox at run time queues behind any reader of the
+// table (a pg_dump), and every writer queues behind it meanwhile, so it
+// waits briefly and is tried again later. Once it has the lock, the server
+// ends it after partitionHoldTimeout idle or in one statement: a stopped
+// relay never holds the writers back longer. It holds the advisory lock of
+// t's partitions to its end, or returns errPartitionsBusy when another
+// relay does: at most one relay's DDL waits in the outbox's lock queue at a
+// time, so the saves never wait behind several relays' waits in a row.
+func lockTimeoutTx(ctx context.Context, db *sql.DB, t ident.Table) (*sql.Tx, error) {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`SELECT set_config('lock_timeout', '%dms', true),
-  set_config('idle_in_transaction_session_timeout', '%[2]dms', true), set_config('statement_timeout', '%[2]dms', true)`,
-		partitionLockTimeout.Milliseconds(), partitionHoldTimeout.Milliseconds())); err != nil {
+	var alone bool
+	var lockTimeout, idleTimeout, statementTimeout string
+	if err := tx.QueryRowContext(ctx, fmt.Sprintf(`SELECT set_config('lock_timeout', '%dms', true),
+  set_config('idle_in_transaction_session_timeout', '%[2]dms', true), set_config('statement_timeout', '%[2]dms', true),
+  pg_try_advisory_xact_lock(hashtext('herald.partitions:' || $1::regclass::oid::text))`,
+		partitionLockTimeout.Milliseconds(), partitionHoldTimeout.Milliseconds()), t.Quoted()).Scan(&lockTimeout, &idleTimeout, &statementTimeout, &alone); err != nil {
 		_ = tx.Rollback()
 		return nil, err
+	}
+	if !alone {
+		_ = tx.Rollback()
+		return nil, errPartitionsBusy
 	}
 	return tx, nil
 }
@@ -137,7 +177,7 @@ func lockTimeoutTx(ctx context.Context, db *sql.DB) (*sql.Tx, error) {
 // waiting at most partitionLockTimeout for the outbox's ACCESS EXCLUSIVE
 // lock that CREATE TABLE ... PARTITION OF takes.
 func (r *relay) createPartition(ctx context.Context, db *sql.DB, name ident.Table, from, to time.Time) error {
-	tx, err := lockTimeoutTx(ctx, db)
+	tx, err := lockTimeoutTx(ctx, db, r.t)
 	if err != nil {
 		return err
 	}
@@ -156,7 +196,7 @@ func (r *relay) createPartition(ctx context.Context, db *sql.DB, name ident.Tabl
 // event can be written to it or made pending between the look and the drop),
 // which it waits for at most partitionLockTimeout.
 func (r *relay) dropPartition(ctx context.Context, db *sql.DB, name string, olderThan time.Duration) (bool, error) {
-	tx, err := lockTimeoutTx(ctx, db)
+	tx, err := lockTimeoutTx(ctx, db, r.t)
 	if err != nil {
 		return false, err
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/pgtest"
 )
 
@@ -21,7 +22,7 @@ func TestPartitionLockReleasedWhenTheRelayStops(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE outbox (n int)`); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := lockTimeoutTx(ctx, db)
+	tx, err := lockTimeoutTx(ctx, db, ident.MustTable("outbox"))
 	if err != nil {
 		t.Fatal(err)
 	}
