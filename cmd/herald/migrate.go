@@ -170,6 +170,18 @@ func lacks(ctx context.Context, db *gorm.DB, m migrations.Migration) (missing []
 		if o.Kind == store.KindIndex && dropped[o.Name] {
 			continue // a later migration replaced it
 		}
+		if o.Kind == store.KindStep && len(o.Drops) > 0 { // an index dropped alone: done where its table is without it
+			gone, err := dropDone(ctx, conn.Driver, conn.DB, o)
+			if err != nil {
+				return nil, false, fmt.Errorf("migration %s: look up index %s: %w", m, o.Drops[0], err)
+			}
+			if gone {
+				some = true
+			} else {
+				missing = append(missing, "the drop of index "+o.Drops[0].String())
+			}
+			continue
+		}
 		if o.Kind == store.KindStep && o.Check == "" {
 			continue // runs in Migrate unconditionally; nothing to look up
 		}
@@ -190,6 +202,22 @@ func lacks(ctx context.Context, db *gorm.DB, m migrations.Migration) (missing []
 		}
 	}
 	return missing, some, nil
+}
+
+// dropDone reports whether the drop step o is done: its table is there
+// without the indexes it drops.
+func dropDone(ctx context.Context, d store.Driver, x store.Execer, o store.Object) (bool, error) {
+	there, err := d.ObjectExists(ctx, x, store.Object{Kind: store.KindTable, Name: o.On})
+	if err != nil || !there {
+		return false, err
+	}
+	for _, ix := range o.Drops {
+		left, err := d.ObjectExists(ctx, x, store.Object{Kind: store.KindIndex, Name: ix, On: o.On})
+		if err != nil || left {
+			return false, err
+		}
+	}
+	return true, nil
 }
 
 // describe names what o makes, for status.

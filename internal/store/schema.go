@@ -49,7 +49,9 @@ type Object struct {
 	// only on a table it made in the same call.
 	Replaces bool
 	// Drops are the indexes the Replaces statements drop (each migration's
-	// objects list them once; later objects lists leave them out).
+	// objects list them once; later objects lists leave them out), or, for
+	// a step, the index it drops alone (On: its table): a change for
+	// migrate.Migrate, which self-creation does not make.
 	Drops []ident.Table
 	// Optional marks a column that stores nothing and serves an index alone
 	// (a generated VIRTUAL column): self-creation adds it with a table it

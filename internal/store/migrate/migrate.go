@@ -175,6 +175,12 @@ func migrateFS(ctx context.Context, db store.DB, d store.Driver, fsys fs.FS, mig
 						continue
 					}
 				}
+				if o.Kind == store.KindStep && len(o.Drops) > 0 { // an index dropped alone: not there on a table made without it
+					if _, err := dropIfThere(ctx, tx, o, o.SQL, d.ObjectExists); err != nil {
+						return err
+					}
+					continue
+				}
 				for _, q := range append([]string{o.SQL}, o.After...) {
 					if _, err := tx.ExecContext(ctx, q); err != nil {
 						return err

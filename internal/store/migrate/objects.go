@@ -111,7 +111,7 @@ func Render(stmt, def string, t ident.Table, quote func(ident.Table) string) str
 
 var (
 	createdRE   = regexp.MustCompile(`(?is)^\s*CREATE\s+(UNIQUE\s+)?(TABLE|INDEX)\s+(IF\s+NOT\s+EXISTS\s+)?([^\s(]+)(?:\s+ON\s+([^\s(]+))?`)
-	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?([^\s;]+)`)
+	dropIndexRE = regexp.MustCompile(`(?is)^\s*DROP\s+INDEX\s+(?:IF\s+EXISTS\s+)?([^\s;]+)(?:\s+ON\s+([^\s;]+))?`)
 	columnRE    = regexp.MustCompile(`(?is)^\s*ALTER\s+TABLE\s+(\S+)\s+ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?(\S+)`)
 	virtualRE   = regexp.MustCompile(`(?is)\bAS\s*\(.*\)\s*VIRTUAL\b`)
 	stepRE      = regexp.MustCompile(`(?is)^\s*(?:INSERT\s+(?:IGNORE\s+)?INTO|UPDATE|DELETE\s+FROM|REPLACE\s+INTO)\s+([^\s(]+)`)
@@ -181,6 +181,11 @@ func Objects(fsys fs.FS, file, def string, t ident.Table, quote func(ident.Table
 		} else if m := s.column; m != nil {
 			o.Kind, o.Name, o.Column = store.KindColumn, name(m[1]), strings.Trim(m[2], "\"`")
 			o.Optional = s.optional
+		} else if m := s.dropIndex; m != nil && m[2] != "" && (len(out) == 0 || out[len(out)-1].Kind != store.KindIndex) {
+			// An index dropped alone (MySQL's DROP INDEX ... ON): a step
+			// that drops it where it is there; what the migrations make
+			// leaves it out (SchemaObjects).
+			o.Kind, o.On, o.Drops = store.KindStep, name(m[2]), []ident.Table{name(m[1])}
 		} else if len(out) > 0 && s.check == "" {
 			last := &out[len(out)-1]
 			last.After = append(last.After, o.SQL)

@@ -62,7 +62,7 @@ ORDER BY o.available_at, o.seq LIMIT ? FOR UPDATE SKIP LOCKED`)
 	// It also reads whether each row is a scheduled event, which the claim
 	// confirms (confirm) before it returns it.
 	// The events due at once (due_at NULL) are read in seq order through
-	// the ordered index, where the scheduled ones sort after them; the
+	// the scheduled index (below), where the scheduled ones sort after them; the
 	// scheduled ones due through the scheduled index (few: they are
 	// published as they come due); the lowest of both in seq order are
 	// claimed. An event is held back while an earlier event of its

@@ -1,0 +1,2 @@
+-- +goose Down
+CREATE INDEX `outbox_messages_ordered_idx` ON `outbox_messages` (dead_at, processed_at, seq);
