@@ -135,25 +135,8 @@ func TestPartitionCreationBehindAReader(t *testing.T) {
 	time.Sleep(2 * interval) // the ranges ahead are now missing
 	before := partitions()
 
-	// The reader, as pg_dump: ACCESS SHARE on the outbox, held for a while.
-	reader := pgtest.OpenDSN(t, dsn, nil)
 	const hold = 4 * time.Second
-	locked, released := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(released)
-		err := reader.Transaction(func(tx *gorm.DB) error {
-			if err := tx.Exec(`LOCK TABLE outbox_messages IN ACCESS SHARE MODE`).Error; err != nil {
-				return err
-			}
-			close(locked)
-			time.Sleep(hold)
-			return nil
-		})
-		if err != nil {
-			t.Errorf("reader: %v", err)
-		}
-	}()
-	<-locked
+	released := holdOutbox(t, dsn, hold)
 	maintained := make(chan error, 1)
 	go func() {
 		_, err := r.Cleanup(ctx) // a maintenance round: creates the coming partitions
@@ -179,6 +162,30 @@ func TestPartitionCreationBehindAReader(t *testing.T) {
 	}
 }
 
+// holdOutbox has a reader, as pg_dump, hold ACCESS SHARE on the outbox of
+// dsn for hold from when it returns; the channel closes once it let go.
+func holdOutbox(t *testing.T, dsn string, hold time.Duration) <-chan struct{} {
+	t.Helper()
+	reader := pgtest.OpenDSN(t, dsn, nil)
+	locked, released := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(released)
+		err := reader.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec(`LOCK TABLE outbox_messages IN ACCESS SHARE MODE`).Error; err != nil {
+				return err
+			}
+			close(locked)
+			time.Sleep(hold)
+			return nil
+		})
+		if err != nil {
+			t.Errorf("reader: %v", err)
+		}
+	}()
+	<-locked
+	return released
+}
+
 // Two relays' maintenance rounds, several ranges missing, while a reader
 // holds the outbox (pg_dump's ACCESS SHARE): each round ends at its first
 // lock wait given up, and only one relay's DDL waits in the outbox's lock
@@ -200,24 +207,7 @@ func TestPartitionRoundsBehindAReaderWaitOnce(t *testing.T) {
 	}
 	time.Sleep(3 * interval) // three ranges ahead are now missing
 
-	reader := pgtest.OpenDSN(t, dsn, nil)
-	const hold = 3 * time.Second
-	locked, released := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(released)
-		err := reader.Transaction(func(tx *gorm.DB) error {
-			if err := tx.Exec(`LOCK TABLE outbox_messages IN ACCESS SHARE MODE`).Error; err != nil {
-				return err
-			}
-			close(locked)
-			time.Sleep(hold)
-			return nil
-		})
-		if err != nil {
-			t.Errorf("reader: %v", err)
-		}
-	}()
-	<-locked
+	released := holdOutbox(t, dsn, 3*time.Second)
 
 	// The watcher: the transactions waiting for a lock of the outbox, at
 	// each look, until both rounds ended.

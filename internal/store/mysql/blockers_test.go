@@ -68,6 +68,24 @@ func migrateBefore(t *testing.T, db *sql.DB, version int64) {
 	}
 }
 
+// createOrdered makes (where missing) and checks the default outbox and an
+// ordered relay's objects in db, as a relay's start does; when says when,
+// for messages.
+func createOrdered(t *testing.T, db *sql.DB, when string) {
+	t.Helper()
+	ctx, drv := context.Background(), mysql.Driver{}
+	for what, err := range map[string]error{
+		"outbox create": drv.Outbox(outboxTable).Create(ctx, db),
+		"relay create":  drv.Relay(outboxTable).Create(ctx, db, store.RelayCreateParams{Ordered: true}),
+		"outbox check":  drv.Outbox(outboxTable).Check(ctx, db),
+		"relay check":   drv.Relay(outboxTable).Check(ctx, db, store.RelayCheckParams{Ordered: true}),
+	} {
+		if err != nil {
+			t.Fatalf("%s %s: %v", what, when, err)
+		}
+	}
+}
+
 // blockerRows is how many rows of the outbox the blockers index keys (a
 // retry or a scheduled event: the others' key is NULL).
 func (e *scheduleEnv) blockerRows() int64 {
@@ -184,16 +202,7 @@ func TestBlockersIndexOnAnExistingOutbox(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		for what, err := range map[string]error{
-			"outbox create": drv.Outbox(outboxTable).Create(ctx, db),
-			"relay create":  drv.Relay(outboxTable).Create(ctx, db, store.RelayCreateParams{Ordered: true}),
-			"outbox check":  drv.Outbox(outboxTable).Check(ctx, db),
-			"relay check":   drv.Relay(outboxTable).Check(ctx, db, store.RelayCheckParams{Ordered: true}),
-		} {
-			if err != nil {
-				t.Fatalf("%s over an outbox made before 0009: %v", what, err)
-			}
-		}
+		createOrdered(t, db, "over an outbox made before 0009")
 		if ix := indexNames(t, db); ix[blockersIdx] || ix[aggregateIdx] == dropAggregate {
 			t.Fatalf("indexes after the relay's Create over an outbox made before 0009: %v", ix)
 		}

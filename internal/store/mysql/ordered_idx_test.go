@@ -23,19 +23,6 @@ func TestOrderedIndexDropped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	drv := mysql.Driver{}
-	create := func(t *testing.T, db *sql.DB) {
-		t.Helper()
-		for what, err := range map[string]error{
-			"outbox create": drv.Outbox(outboxTable).Create(ctx, db),
-			"relay create":  drv.Relay(outboxTable).Create(ctx, db, store.RelayCreateParams{Ordered: true}),
-			"outbox check":  drv.Outbox(outboxTable).Check(ctx, db),
-			"relay check":   drv.Relay(outboxTable).Check(ctx, db, store.RelayCheckParams{Ordered: true}),
-		} {
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-		}
-	}
 	inOrder := func(t *testing.T, db *sql.DB) {
 		t.Helper()
 		evs := []store.Row{event("a", store.Schedule{}), event("a", store.Schedule{}), event("b", store.Schedule{})}
@@ -52,7 +39,7 @@ func TestOrderedIndexDropped(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
 		migrateBefore(t, db, 10)
-		create(t, db)
+		createOrdered(t, db, "over an outbox made before 0010")
 		if !indexNames(t, db)[orderedIdx] {
 			t.Fatal("the relay's Create dropped the ordered index of an outbox made before 0010: that is Migrate's")
 		}
@@ -63,7 +50,7 @@ func TestOrderedIndexDropped(t *testing.T) {
 		if indexNames(t, db)[orderedIdx] {
 			t.Fatal("the ordered index is still there after Migrate")
 		}
-		create(t, db)
+		createOrdered(t, db, "after Migrate")
 		if indexNames(t, db)[orderedIdx] {
 			t.Fatal("the relay's Create made the ordered index again")
 		}
@@ -75,7 +62,7 @@ func TestOrderedIndexDropped(t *testing.T) {
 	t.Run("made by Herald", func(t *testing.T) {
 		t.Parallel()
 		db := openDB(t)
-		create(t, db)
+		createOrdered(t, db, "on a new outbox")
 		if indexNames(t, db)[orderedIdx] {
 			t.Fatal("Herald made the ordered index")
 		}
