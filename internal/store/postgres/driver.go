@@ -48,6 +48,15 @@ func IsPermissionDenied(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "42501"
 }
 
+// lockContended reports whether err is a lock wait given up
+// (lock_not_available, after lock_timeout) or a statement ended by
+// statement_timeout (query_canceled): partition maintenance ends its round
+// there rather than queue the saves behind one more wait.
+func lockContended(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014")
+}
+
 // PermissionDenied reports whether err is insufficient_privilege.
 func (Driver) PermissionDenied(err error) bool { return IsPermissionDenied(err) }
 

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/heraldgo/herald/internal/ident"
 	"github.com/heraldgo/herald/internal/store"
 	"github.com/heraldgo/herald/internal/store/sqlkit"
@@ -59,6 +57,16 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 			err = e
 		}
 	}
+	// ends keeps the error of a partition's creation or drop (what), and
+	// says whether the round ends there: another relay maintains them
+	// (errPartitionsBusy, no error), or the outbox is contended.
+	ends := func(what string, e error) bool {
+		if errors.Is(e, errPartitionsBusy) {
+			return true
+		}
+		keep(fmt.Errorf("%s: %w", what, e))
+		return lockContended(e)
+	}
 	base := now.Truncate(interval)
 	for k := -1; k <= 2; k++ {
 		start := base.Add(time.Duration(k) * interval)
@@ -77,11 +85,7 @@ func (r *relay) MaintainPartitions(ctx context.Context, db *sql.DB, interval, ol
 		// the outbox's lock is not had within partitionLockTimeout (a
 		// reader holds the table): retried at the next round.
 		if e := r.createPartition(ctx, db, name, start, start.Add(interval)); e != nil {
-			if errors.Is(e, errPartitionsBusy) {
-				return created, dropped, err
-			}
-			keep(fmt.Errorf("create partition %s: %w", name, e))
-			if lockContended(e) {
+			if ends("create partition "+name.String(), e) {
 				return created, dropped, err
 			}
 			continue
@@ -112,11 +116,7 @@ WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'D
 		}
 		ok, e := r.dropPartition(ctx, db, p.name, olderThan)
 		if e != nil {
-			if errors.Is(e, errPartitionsBusy) {
-				return created, dropped, err
-			}
-			keep(fmt.Errorf("drop partition %s: %w", p.name, e))
-			if lockContended(e) {
+			if ends("drop partition "+p.name, e) {
 				return created, dropped, err
 			}
 			continue
@@ -132,15 +132,6 @@ WHERE i.inhparent = to_regclass($1) AND pg_get_expr(c.relpartbound, c.oid) <> 'D
 // partition DDL on the same outbox is under way: this round ends, and that
 // relay maintains the partitions.
 var errPartitionsBusy = errors.New("another relay is maintaining the partitions")
-
-// lockContended reports whether err is a lock wait given up
-// (lock_not_available, after partitionLockTimeout) or a statement ended by
-// partitionHoldTimeout (query_canceled): the outbox is contended, and the
-// round ends there rather than queue the saves behind one more wait.
-func lockContended(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "57014")
-}
 
 // lockTimeoutTx begins a transaction for partition DDL on the outbox t,
 // whose lock waits give up after partitionLockTimeout: DDL that takes a
